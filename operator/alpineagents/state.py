@@ -1,0 +1,338 @@
+"""A State is a conversation plus its append-only history.
+
+The history is an event log. Everything else on a State (``messages``, ``answer``,
+pending tool calls, ``stopped``) is derived from it by :meth:`State._replay`, the one
+function that applies an entry, whether the entry was just made by a live run or was
+read back from a store. That is why a State loaded twice from the same save is the
+same State.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from .messages import Message, excerpt
+
+if TYPE_CHECKING:
+    from .store import Store
+
+FORMAT_VERSION = 5
+READABLE_FORMATS = (4, 5)
+
+Outcome = Literal["ok", "error", "refused", "aborted"]
+
+# The closing texts of the spec: what a loaded State says about a turn a killed process left open.
+UNKNOWN_RESULT = (
+    "(unknown: the run stopped before this result was saved, so the tool may or may not "
+    "have run. Check whether it took effect before running it again.)"
+)
+MODEL_STOPPED = "(process stopped while waiting for the model)"
+
+
+def aborted_text(reason: BaseException) -> str:
+    return f"(aborted: {type(reason).__name__})"
+
+
+def error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+@dataclass
+class Entry:
+    """One step of a State's history.
+
+    ``seq`` is its position in ``history``; ``kind`` says what happened; ``text`` is a short
+    human-readable line; ``data`` is the JSON payload replay works from. ``error`` is the
+    live exception of a failed step, and ``None`` once the entry was loaded from a store
+    (``text`` still holds the exception's type and message).
+    """
+
+    seq: int
+    kind: str
+    time: datetime
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+    error: BaseException | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """For a ``tool_result``: ``"ok"``, ``"error"``, ``"refused"`` or ``"aborted"``."""
+        value = self.data.get("outcome")
+        return value if self.kind == "tool_result" else None  # type: ignore[return-value]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "kind": self.kind,
+            "time": self.time.isoformat(),
+            "text": self.text,
+            "data": self.data,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Entry:
+        return cls(
+            seq=int(raw["seq"]),
+            kind=str(raw["kind"]),
+            time=datetime.fromisoformat(raw["time"]),
+            text=str(raw.get("text", "")),
+            data=dict(raw.get("data") or {}),
+        )
+
+
+@dataclass
+class ToolCall:
+    """A tool call the model asked for, as seen by permission policies and tools."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class State:
+    """A conversation and its history, saved to a store as it runs.
+
+    ``State(id, messages=[...])`` starts a new one; ``store.load(id)`` continues a saved
+    one. ``history`` is append-only; the other attributes are derived from it.
+    """
+
+    def __init__(
+        self,
+        id: str,
+        messages: Iterable[Message] = (),
+        *,
+        parent_id: str | None = None,
+    ) -> None:
+        if not isinstance(id, str) or not id:
+            raise ValueError("a State needs a non-empty string id")
+        self.id = id
+        self.parent_id = parent_id
+        self.history: list[Entry] = []
+        self.messages: list[Message] = []
+        self.stopped: str | None = None
+        self.turns = 0
+        self.usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
+        # Derived bookkeeping of the open turn.
+        self._calls: dict[str, ToolCall] = {}
+        self._results: dict[str, Entry] = {}
+        self._asked: set[str] = set()
+        self._answered: dict[str, bool] = {}
+        self._request_open = False
+        self._waiting: list[tuple[int, Message]] = []
+        # Persistence bookkeeping, owned by Store.
+        self._store: Store | None = None
+        self._saved = 0
+        self._saved_info: dict[str, Any] | None = None
+        self._lock = threading.RLock()
+        self._running = False
+        self._on_send: Callable[[], None] | None = None
+        for message in messages:
+            self._add("message", _message_text(message), {"message": message.to_dict()})
+
+    # ----------------------------------------------------------------- derived views
+    @property
+    def answer(self) -> str | None:
+        """The model's final reply, or ``None`` while the run has more to do."""
+        if self.messages and self.messages[-1].role == "assistant":
+            last = self.messages[-1]
+            if not last.tool_uses:
+                return last.text
+        return None
+
+    @property
+    def pending_calls(self) -> list[ToolCall]:
+        """Tool calls of the open turn that have no result yet, in the model's order."""
+        return [c for c in self._calls.values() if c.id not in self._results]
+
+    @property
+    def awaiting_approval(self) -> list[ToolCall]:
+        """Calls a person was asked about and has not answered."""
+        return [c for c in self.pending_calls if c.id in self._asked and c.id not in self._answered]
+
+    @property
+    def waiting(self) -> list[Message]:
+        """Messages sent while a turn was open, that join ``messages`` when it closes."""
+        return [m for _, m in self._waiting]
+
+    @property
+    def first_message(self) -> str | None:
+        for entry in self.history:
+            if entry.kind in ("message", "waiting"):
+                return Message.from_dict(entry.data["message"]).text
+        return None
+
+    def approval(self, call_id: str) -> bool | None:
+        return self._answered.get(call_id)
+
+    # ----------------------------------------------------------------- sending
+    def send(self, message: Message | str) -> Entry:
+        """Send a message to this State, also while it runs (from any thread).
+
+        While a turn is open the message is saved at once as waiting, and joins
+        ``messages`` after the reply or the results it was waiting for.
+        """
+        if isinstance(message, str):
+            message = Message.user(message)
+        with self._lock:
+            if self._running:
+                entry = self._add(
+                    "waiting", "waiting: " + _message_text(message), {"message": message.to_dict()}
+                )
+            else:
+                entry = self._add("message", _message_text(message), {"message": message.to_dict()})
+            notify = self._on_send
+        if notify is not None:
+            notify()
+        return entry
+
+    # ----------------------------------------------------------------- the event log
+    def _add(
+        self, kind: str, text: str, data: dict[str, Any], error: BaseException | None = None
+    ) -> Entry:
+        with self._lock:
+            entry = Entry(len(self.history), kind, datetime.now(UTC), text, data, error)
+            self.history.append(entry)
+            self._replay(entry)
+            return entry
+
+    def _replay(self, entry: Entry) -> None:
+        """Apply one entry to the derived views. The only place that derives them."""
+        kind, data = entry.kind, entry.data
+        if kind != "stop":
+            self.stopped = None
+        if kind == "message":
+            self.messages.append(Message.from_dict(data["message"]))
+        elif kind == "waiting":
+            self._waiting.append((entry.seq, Message.from_dict(data["message"])))
+        elif kind == "joined":
+            for index, (seq, message) in enumerate(self._waiting):
+                if seq == data["waiting_seq"]:
+                    del self._waiting[index]
+                    self.messages.append(message)
+                    break
+        elif kind == "model_request":
+            self._request_open = True
+        elif kind == "model_error":
+            self._request_open = False
+        elif kind == "model_reply":
+            self._request_open = False
+            self.turns += 1
+            for key in ("input_tokens", "output_tokens"):
+                self.usage[key] += int(data.get("usage", {}).get(key, 0))
+            reply = Message.from_dict(data["message"])
+            self.messages.append(reply)
+            self._calls = {
+                b["id"]: ToolCall(b["id"], b["name"], dict(b.get("input") or {}))
+                for b in reply.tool_uses
+            }
+            self._results, self._asked, self._answered = {}, set(), {}
+        elif kind == "approval_request":
+            self._asked.add(data["call_id"])
+        elif kind == "permission":
+            if data.get("by") == "person":
+                self._answered[data["call_id"]] = bool(data["allow"])
+        elif kind == "tool_result":
+            self._results[data["call_id"]] = entry
+            if self._calls and not self.pending_calls:
+                self.messages.append(Message.user(self._result_blocks()))
+                self._calls = {}
+        elif kind == "compaction":
+            summary = Message.user(f"Summary of the earlier conversation:\n{data['summary']}")
+            self.messages[: int(data["replaced"])] = [summary]
+        elif kind == "stop":
+            self.stopped = str(data["reason"])
+
+    def _result_blocks(self) -> list[dict[str, Any]]:
+        blocks = []
+        for call_id in self._calls:
+            result = self._results[call_id].data
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": call_id,
+                "content": result["content"],
+            }
+            if result["outcome"] != "ok":
+                block["is_error"] = True
+            blocks.append(block)
+        return blocks
+
+    def _add_result(
+        self,
+        call: ToolCall,
+        outcome: Outcome,
+        content: str | list[dict[str, Any]],
+        error: BaseException | None = None,
+    ) -> Entry:
+        text = content if isinstance(content, str) else Message.user(content).text or "[content]"
+        return self._add(
+            "tool_result",
+            excerpt(text),
+            {"call_id": call.id, "name": call.name, "outcome": outcome, "content": content},
+            error,
+        )
+
+    def _join_waiting(self) -> None:
+        for seq, message in list(self._waiting):
+            self._add("joined", "joined: " + _message_text(message), {"waiting_seq": seq})
+
+    def _close_open_turn(self, reason: BaseException | None) -> None:
+        """Close what a stopped run left open, with entries of its own.
+
+        ``reason`` is the exception that ends a live run; ``None`` means the process was
+        killed and we only know what was saved.
+        """
+        with self._lock:
+            if self._request_open:
+                text = MODEL_STOPPED if reason is None else aborted_text(reason)
+                self._add("model_error", text, {"error": text}, reason)
+            for call in self.pending_calls:
+                if call.id in self._asked and call.id not in self._answered:
+                    continue  # never ran: it waits for a person, not for a result
+                self._add_result(
+                    call, "aborted", UNKNOWN_RESULT if reason is None else aborted_text(reason)
+                )
+            if not self.pending_calls:
+                self._join_waiting()
+
+    # ----------------------------------------------------------------- persistence
+    def _info(self) -> dict[str, Any]:
+        answer = self.answer
+        info: dict[str, Any] = {
+            "v": FORMAT_VERSION,
+            "first_message": excerpt(self.first_message or "", 200),
+            "updated_at": (self.history[-1].time if self.history else datetime.now(UTC)).isoformat(),
+            "stopped": self.stopped,
+            "parent_id": self.parent_id,
+            "entries": len(self.history),
+            "turns": self.turns,
+            "usage": dict(self.usage),
+            "answer": excerpt(answer, 500) if answer is not None else None,
+        }
+        return info
+
+    @classmethod
+    def _from_record(cls, state_id: str, entries: list[dict[str, Any]], info: dict[str, Any]) -> State:
+        state = cls(state_id, parent_id=info.get("parent_id"))
+        for raw in entries:
+            entry = Entry.from_dict(raw)
+            state.history.append(entry)
+            state._replay(entry)
+        return state
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, State):
+            return NotImplemented
+        return (self.id, self.parent_id, self.history) == (other.id, other.parent_id, other.history)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"State(id={self.id!r}, entries={len(self.history)}, stopped={self.stopped!r})"
+
+
+def _message_text(message: Message) -> str:
+    return f"{message.role}: {excerpt(message.text or '[content]')}"
