@@ -7,6 +7,7 @@ folder and renamed into place, which is all-or-nothing and refuses an existing i
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -71,7 +72,7 @@ class FileStore(Store):
             return None
         return Record(_parse(raw), info)
 
-    def list(self) -> list[StateInfo]:
+    def list(self) -> builtins.list[StateInfo]:
         infos = []
         if self.folder.is_dir():
             for child in self.folder.iterdir():
@@ -98,7 +99,11 @@ class FileStore(Store):
         return self.folder / encode_id(state_id)
 
     def _create(
-        self, state_id: str, path: Path, entries: list[dict[str, Any]], info: dict[str, Any]
+        self,
+        state_id: str,
+        path: Path,
+        entries: builtins.list[dict[str, Any]],
+        info: dict[str, Any],
     ) -> None:
         _make_private_dir(self.folder)
         if path.exists():
@@ -126,7 +131,9 @@ def encode_id(state_id: str) -> str:
         raise ValueError("a State id must not be empty")
     name = quote(state_id, safe="-_").replace(".", "%2E")
     if len(name.encode()) > 255:
-        raise ValueError(f"State id {state_id[:40]!r}... is too long for a FileStore (255 bytes encoded)")
+        raise ValueError(
+            f"State id {state_id[:40]!r}... is too long for a FileStore (255 bytes encoded)"
+        )
     return name
 
 

@@ -61,8 +61,8 @@ class Entry:
     @property
     def outcome(self) -> Outcome | None:
         """For a ``tool_result``: ``"ok"``, ``"error"``, ``"refused"`` or ``"aborted"``."""
-        value = self.data.get("outcome")
-        return value if self.kind == "tool_result" else None  # type: ignore[return-value]
+        value: Outcome | None = self.data.get("outcome")
+        return value if self.kind == "tool_result" else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +130,12 @@ class State:
         self._lock = threading.RLock()
         self._running = False
         self._on_send: Callable[[], None] | None = None
+        # Set by the Agent for the length of one run.
+        self._interrupt: BaseException | None = None
+        self._sync_saves = False
+        self._save_lock: Any = None
+        self._save_error: BaseException | None = None
+        self._background: set[Any] = set()
         for message in messages:
             self._add("message", _message_text(message), {"message": message.to_dict()})
 
@@ -188,6 +194,22 @@ class State:
         if notify is not None:
             notify()
         return entry
+
+    def approve(self, call_id: str, allow: bool, *, note: str = "") -> Entry:
+        """Record a person's answer to a permission ask; the next run acts on it."""
+        with self._lock:
+            call = self._calls.get(call_id)
+            if call is None or call_id in self._results:
+                open_ids = ", ".join(c.id for c in self.pending_calls) or "none"
+                raise ValueError(
+                    f"State {self.id!r} has no open tool call {call_id!r} (open calls: {open_ids})"
+                )
+            word = "allowed" if allow else "refused"
+            return self._add(
+                "permission",
+                f"a person {word} {call.name}" + (f": {note}" if note else ""),
+                {"call_id": call_id, "allow": allow, "by": "person", "note": note},
+            )
 
     # ----------------------------------------------------------------- the event log
     def _add(
@@ -304,7 +326,9 @@ class State:
         info: dict[str, Any] = {
             "v": FORMAT_VERSION,
             "first_message": excerpt(self.first_message or "", 200),
-            "updated_at": (self.history[-1].time if self.history else datetime.now(UTC)).isoformat(),
+            "updated_at": (
+                self.history[-1].time if self.history else datetime.now(UTC)
+            ).isoformat(),
             "stopped": self.stopped,
             "parent_id": self.parent_id,
             "entries": len(self.history),
@@ -315,7 +339,9 @@ class State:
         return info
 
     @classmethod
-    def _from_record(cls, state_id: str, entries: list[dict[str, Any]], info: dict[str, Any]) -> State:
+    def _from_record(
+        cls, state_id: str, entries: list[dict[str, Any]], info: dict[str, Any]
+    ) -> State:
         state = cls(state_id, parent_id=info.get("parent_id"))
         for raw in entries:
             entry = Entry.from_dict(raw)

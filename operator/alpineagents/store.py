@@ -8,6 +8,7 @@ it (``load``, ``save``) is built here once, so every store behaves the same.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,7 +22,7 @@ T = TypeVar("T")
 class Record(NamedTuple):
     """What a store gives back for one State: its entries (as dicts) and its info."""
 
-    entries: list[dict[str, Any]]
+    entries: builtins.list[dict[str, Any]]
     info: dict[str, Any]
 
 
@@ -64,7 +65,7 @@ def check_format(state_id: str, info: dict[str, Any]) -> None:
         )
 
 
-def _ordered(state_id: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _ordered(state_id: str, entries: builtins.list[dict[str, Any]]) -> list[dict[str, Any]]:
     # Stores may hand back entries sent twice or out of order; seq decides.
     by_seq: dict[int, dict[str, Any]] = {}
     for entry in entries:
@@ -91,7 +92,7 @@ class Store:
     def write(
         self,
         state_id: str,
-        entries: list[dict[str, Any]],
+        entries: builtins.list[dict[str, Any]],
         info: dict[str, Any],
         *,
         create: bool = False,
@@ -106,11 +107,11 @@ class Store:
 
     def read(self, state_id: str) -> Record | None:
         """The saved entries and info of a State, or ``None`` if there is none."""
-        self._sync_missing("read")
+        return self._sync_missing("read")  # type: ignore[no-any-return]
 
-    def list(self) -> list[StateInfo]:
+    def list(self) -> builtins.list[StateInfo]:
         """A StateInfo for each saved State, most recently updated first."""
-        self._sync_missing("list")
+        return self._sync_missing("list")  # type: ignore[no-any-return]
 
     def delete(self, state_id: str) -> None:
         """Delete one State (not its subagents). Deleting an unknown id does nothing."""
@@ -119,7 +120,7 @@ class Store:
     async def awrite(
         self,
         state_id: str,
-        entries: list[dict[str, Any]],
+        entries: builtins.list[dict[str, Any]],
         info: dict[str, Any],
         *,
         create: bool = False,
@@ -129,7 +130,7 @@ class Store:
     async def aread(self, state_id: str) -> Record | None:
         return await self._on_thread(lambda: self.read(state_id), "read")
 
-    async def alist(self) -> list[StateInfo]:
+    async def alist(self) -> builtins.list[StateInfo]:
         return await self._on_thread(self.list, "list")
 
     async def adelete(self, state_id: str) -> None:
@@ -152,7 +153,7 @@ class Store:
         return self._loaded(state_id, await self.aread(state_id))
 
     def save(self, state: State) -> None:
-        """Write everything of ``state`` this store does not have yet (nothing if nothing changed)."""
+        """Write what the store does not have of ``state`` yet; nothing if nothing changed."""
         plan = self._plan(state)
         if plan is not None:
             entries, info, create = plan
@@ -183,7 +184,9 @@ class Store:
         state._close_open_turn(None)
         return state
 
-    def _plan(self, state: State) -> tuple[list[dict[str, Any]], dict[str, Any], bool] | None:
+    def _plan(
+        self, state: State
+    ) -> tuple[builtins.list[dict[str, Any]], dict[str, Any], bool] | None:
         self._claim(state)
         with state._lock:
             entries = [entry.to_dict() for entry in state.history[state._saved :]]
@@ -208,7 +211,7 @@ class Store:
             )
 
     def _sync_missing(self, method: str) -> Any:
-        if type(self).__dict__.get(f"a{method}") or _overrides(self, f"a{method}"):
+        if _overrides(self, f"a{method}"):
             raise TypeError(
                 f"{type(self).__name__} is async-only: call 'await store.a{method}(...)', "
                 f"and run agents with 'await agent.arun(state)'"

@@ -1,0 +1,407 @@
+"""The Agent: runs a State with a model and tools, saving its history as it goes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+import json
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import model as _model
+from .messages import Message, excerpt
+from .permissions import AskPerson, Policy, allow_all
+from .state import State, ToolCall, error_text
+from .store import Store
+from .tools import Tool, ToolOutput, as_tool, call, output
+
+# The State and call id of the tool call running in this context (for subagents).
+_current_call: contextvars.ContextVar[tuple[State, str]] = contextvars.ContextVar("current_call")
+_INTERRUPTS = (KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit)
+
+
+class Agent:
+    """Runs States with a Claude model and tools, saving each step to ``store``.
+
+    ``run(state)`` (or ``await arun(state)``) loops over the steps ``think``,
+    ``use_tools`` and ``compact`` until the model answers, and returns the answer.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        store: Store | None = None,
+        *,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        system: str | None = None,
+        max_tokens: int = 8192,
+        max_turns: int | None = None,
+        permissions: Policy | None = None,
+        ask: AskPerson | None = None,
+        compact_after: int | None = None,
+        client: Any = None,
+        retry: _model.Retry | None = None,
+    ) -> None:
+        self.model = model
+        self.store = store
+        self.tools = {t.name: t for t in map(as_tool, tools)}
+        self.system = system
+        self.max_tokens = max_tokens
+        self.max_turns = max_turns
+        self.permissions = permissions or allow_all
+        self.ask = ask
+        self.compact_after = compact_after
+        self.retry = retry or _model.Retry()
+        self._client = client
+
+    # ------------------------------------------------------------------ running
+    def run(self, state: State) -> str | None:
+        """Run ``state`` until the model answers; return the answer.
+
+        Returns ``None`` when the run stops without an answer (``state.stopped`` says
+        why: ``"max_turns"`` or ``"waiting_for_approval"``). Any exception ends the run
+        the usual way: calls without a result are closed and the State is saved.
+        """
+        if self.store is not None and self.store.is_async_only:
+            raise TypeError(
+                f"{type(self.store).__name__} is async-only: run this Agent with "
+                f"'await agent.arun(state)'"
+            )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "Agent.run() cannot be called from async code: use 'await agent.arun(state)'"
+            )
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(self._run(state, sync_saves=True))
+        try:
+            try:
+                return loop.run_until_complete(task)
+            except BaseException as interrupt:
+                if task.done():
+                    raise
+                # A signal handler raised (Ctrl+C, SystemExit) while the loop waited: let
+                # the run close its calls with that reason and save, then raise it.
+                state._interrupt = interrupt
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    loop.run_until_complete(task)
+                raise
+        finally:
+            state._interrupt = None
+            loop.close()
+
+    async def arun(self, state: State) -> str | None:
+        """Async ``run``. Cancel the task to stop it: calls are closed and the State is saved."""
+        return await self._run(state, sync_saves=False)
+
+    async def _run(self, state: State, *, sync_saves: bool) -> str | None:
+        self._claim(state)
+        if not state.history:
+            raise ValueError(f"State {state.id!r} has no messages: give it a first message")
+        if state._running:
+            raise RuntimeError(f"State {state.id!r} is already running")
+        loop = asyncio.get_running_loop()
+        state._running, state._sync_saves, state._save_lock = True, sync_saves, asyncio.Lock()
+        state._on_send = lambda: _ignore(loop.call_soon_threadsafe(self._save_soon, state))
+        try:
+            await self._save(state)  # run starts; refuses a new State whose id is taken
+            try:
+                stopped = await self._steps(state)
+                if state.stopped != stopped:
+                    state._add("stop", f"stopped: {stopped}", {"reason": stopped})
+            except BaseException as error:
+                reason = state._interrupt or error
+                state._close_open_turn(reason)
+                kind = "interrupted" if isinstance(reason, _INTERRUPTS) else "error"
+                state._add(
+                    "stop",
+                    f"stopped: {error_text(reason)}",
+                    {"reason": kind, "error": error_text(reason)},
+                )
+                try:
+                    await self._save(state)
+                except Exception as save_error:
+                    if error is not state._save_error:
+                        error.add_note(f"saving the state also failed: {error_text(save_error)}")
+                raise
+            await self._save(state)  # run ends
+            return state.answer
+        finally:
+            state._running, state._on_send, state._save_error = False, None, None
+
+    async def _steps(self, state: State) -> str:
+        turns = 0
+        while True:
+            runnable = [c for c in state.pending_calls if c not in state.awaiting_approval]
+            if runnable or (state.pending_calls and self.ask is not None):
+                await self.use_tools(state)
+                continue
+            if state.pending_calls:
+                return "waiting_for_approval"
+            state._join_waiting()
+            if not state.messages or state.messages[-1].role != "user":
+                return "answered"
+            if self.max_turns is not None and turns >= self.max_turns:
+                return "max_turns"
+            await self.compact(state)
+            await self.think(state)
+            turns += 1
+
+    # ------------------------------------------------------------------ steps
+    async def think(self, state: State) -> Message:
+        """Ask the model for its next message, saving before and after."""
+        request = self._request(state.messages)
+        state._add("model_request", f"asking {self.model}", {"model": self.model})
+        await self._save(state)
+        try:
+            reply = await _model.ask(self._model_client(), request, self.retry)
+        except Exception as error:
+            # Taken back: the messages stay as they were, so the next think asks again.
+            state._add("model_error", error_text(error), {"error": error_text(error)}, error)
+            state._join_waiting()
+            raise
+        message = Message.assistant(reply.get("content", []))
+        calls = ", ".join(b["name"] for b in message.tool_uses)
+        state._add(
+            "model_reply",
+            f"{self.model} calls {calls}" if calls else f"{self.model}: {excerpt(message.text)}",
+            {
+                "message": message.to_dict(),
+                "model": reply.get("model", self.model),
+                "stop_reason": reply.get("stop_reason"),
+                "usage": {k: v for k, v in reply.get("usage", {}).items() if isinstance(v, int)},
+            },
+        )
+        if not calls:
+            state._join_waiting()
+        await self._save(state)
+        return message
+
+    async def use_tools(self, state: State) -> None:
+        """Run the pending tool calls concurrently, saving each result the moment it arrives."""
+        runnable: list[tuple[ToolCall, Tool]] = []
+        for pending in state.pending_calls:
+            tool = self.tools.get(pending.name)
+            if tool is None:
+                known = ", ".join(sorted(self.tools)) or "none"
+                state._add_result(
+                    pending, "error", f"(unknown tool {pending.name!r}; tools: {known})"
+                )
+                continue
+            allowed = await self._permit(state, pending)
+            if allowed:
+                runnable.append((pending, tool))
+            elif allowed is False:
+                state._add_result(
+                    pending, "refused", "(refused: the permission check did not allow this call)"
+                )
+        await self._save(state)  # refusals and answers are saved before any tool runs
+        await self._call_tools(state, runnable)
+        if not state.pending_calls:
+            state._join_waiting()
+        await self._save(state)
+
+    async def compact(self, state: State) -> None:
+        """Replace older messages by a model-written summary once they grow past ``compact_after``."""
+        if self.compact_after is None:
+            return
+        if len(json.dumps([m.to_dict() for m in state.messages])) <= self.compact_after:
+            return
+        cut = _compaction_cut(state.messages)
+        if cut < 1:
+            return
+        ask_summary = Message.user(
+            "Summarize the conversation so far in a few paragraphs, keeping every fact, "
+            "decision and open question needed to continue the work."
+        )
+        request = self._request([*state.messages[:cut], ask_summary], with_tools=False)
+        reply = await _model.ask(self._model_client(), request, self.retry)
+        summary = Message.assistant(reply.get("content", [])).text
+        state._add("compaction", f"compacted {cut} messages", {"summary": summary, "replaced": cut})
+        await self._save(state)
+
+    def as_tool(self, name: str, description: str) -> Tool:
+        """This agent as a tool of another: each call runs a subagent saved as its own State."""
+
+        async def run_subagent(task: str) -> str:
+            parent, call_id = _current_call.get()
+            child_id = f"{parent.id}.{call_id}"
+            store = self.store
+            child: State | None = None
+            if store is not None:
+                with contextlib.suppress(LookupError):
+                    child = await store.aload(child_id)
+            if child is None:
+                child = State(child_id, [Message.user(task)], parent_id=parent.id)
+            answer = await self.arun(child)
+            return answer if answer is not None else f"(the subagent stopped: {child.stopped})"
+
+        schema = {
+            "type": "object",
+            "properties": {
+                "task": {"type": "string", "description": "What the subagent should do"}
+            },
+            "required": ["task"],
+        }
+        return Tool(name, description, schema, run_subagent)
+
+    # ------------------------------------------------------------------ internals
+    def _claim(self, state: State) -> None:
+        if self.store is not None:
+            self.store._claim(state)
+        elif state._store is not None:
+            raise ValueError(
+                f"State {state.id!r} is saved in {state._store!r}; this Agent has no store"
+            )
+
+    async def _save(self, state: State) -> None:
+        if self.store is None:
+            return
+        try:
+            if state._sync_saves:
+                self.store.save(state)
+            else:
+                async with state._save_lock:
+                    await self.store.asave(state)
+        except Exception as error:
+            state._save_error = error
+            raise
+
+    def _save_soon(self, state: State) -> None:
+        async def save() -> None:
+            with contextlib.suppress(Exception):  # the next step's save raises it
+                await self._save(state)
+
+        if state._running:
+            state._background.add(task := asyncio.ensure_future(save()))
+            task.add_done_callback(state._background.discard)
+
+    async def _permit(self, state: State, pending: ToolCall) -> bool | None:
+        """True to run, False to refuse, None to leave waiting for a person."""
+        answer = state.approval(pending.id)
+        if answer is not None:
+            return answer
+        decision = self.permissions(pending)
+        if decision == "allow":
+            return True
+        if decision == "refuse":
+            return False
+        if self.ask is None:
+            if pending.id not in state._asked:
+                state._add(
+                    "approval_request",
+                    f"asks a person: {pending.name} {excerpt(json.dumps(pending.input), 120)}",
+                    {"call_id": pending.id, "name": pending.name, "input": pending.input},
+                )
+            return None
+        allowed = self.ask(pending)
+        if inspect.isawaitable(allowed):
+            allowed = await allowed
+        state.approve(pending.id, bool(allowed))
+        return bool(allowed)
+
+    async def _call_tools(self, state: State, runnable: list[tuple[ToolCall, Tool]]) -> None:
+        futures = [asyncio.ensure_future(self._call_one(state, c, t)) for c, t in runnable]
+        try:
+            for next_done in asyncio.as_completed(futures):
+                pending, outcome, content, error = await next_done
+                state._add_result(pending, outcome, content, error)
+                with contextlib.suppress(Exception):
+                    # A failed save here does not stop the other tools: the save at the
+                    # end of use_tools writes what is missing, or raises.
+                    await self._save(state)
+        finally:
+            for future in futures:
+                future.cancel()
+
+    async def _call_one(
+        self, state: State, pending: ToolCall, tool: Tool
+    ) -> tuple[ToolCall, Any, ToolOutput, BaseException | None]:
+        token = _current_call.set((state, pending.id))
+        try:
+            if tool.is_async:
+                value = await call(tool, pending.input)
+            else:
+                value = await _on_daemon_thread(tool.function, pending.input)
+            return pending, "ok", output(value), None
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            return pending, "error", error_text(error), error
+        finally:
+            _current_call.reset(token)
+
+    def _model_client(self) -> Any:
+        if self._client is None:
+            self._client = _model.default_client()
+        return self._client
+
+    def _request(self, messages: list[Message], *, with_tools: bool = True) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": _merged(messages),
+        }
+        if self.system:
+            request["system"] = self.system
+        if with_tools and self.tools:
+            request["tools"] = [t.to_api() for t in self.tools.values()]
+        return request
+
+
+def _ignore(value: object) -> None:
+    return None
+
+
+def _merged(messages: list[Message]) -> list[dict[str, Any]]:
+    """Messages for the API: consecutive messages of one role become one."""
+    merged: list[dict[str, Any]] = []
+    for message in messages:
+        if merged and merged[-1]["role"] == message.role:
+            merged[-1]["content"] = [*merged[-1]["content"], *message.blocks]
+        else:
+            merged.append({"role": message.role, "content": message.blocks})
+    return merged
+
+
+def _compaction_cut(messages: list[Message]) -> int:
+    # Keep the tail from a plain user message on, so no tool_use loses its tool_result.
+    for index in range(len(messages) - 2, 0, -1):
+        message = messages[index]
+        if message.role == "user" and not any(
+            b.get("type") == "tool_result" for b in message.blocks
+        ):
+            return index
+    return 0
+
+
+async def _on_daemon_thread(function: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+    # Daemon threads, not an executor: a stopping process must not wait for a tool
+    # that is still running (its call is closed as aborted instead).
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(setter: Callable[[Any], None], value: Any) -> None:
+        if not future.done():
+            setter(value)
+
+    def target() -> None:
+        try:
+            value = context.run(function, **arguments)
+        except BaseException as error:
+            outcome: tuple[Callable[[Any], None], Any] = (future.set_exception, error)
+        else:
+            outcome = (future.set_result, value)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the run already ended
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=target, name="alpineagents-tool", daemon=True).start()
+    return await future

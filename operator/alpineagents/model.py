@@ -1,0 +1,80 @@
+"""Asking the model: one request through the official anthropic client, with retries."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+
+# Requests that can be sent again unchanged: the provider may answer the next one.
+_TRANSIENT = (
+    anthropic.APIConnectionError,  # also APITimeoutError
+    anthropic.RateLimitError,
+    anthropic.InternalServerError,  # 5xx, 529 overloaded among them
+)
+_STREAM_ABOVE = 4096  # max_tokens from which replies are streamed (long replies time out otherwise)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How transient model errors are retried before they count as a failed ``think``."""
+
+    attempts: int = 5
+    first_delay: float = 0.5
+    max_delay: float = 30.0
+
+    def delay(self, attempt: int, error: BaseException) -> float:
+        response = getattr(error, "response", None)
+        header = response.headers.get("retry-after") if response is not None else None
+        if header is not None:
+            try:
+                return min(float(header), self.max_delay)
+            except ValueError:
+                pass
+        backoff: float = min(self.first_delay * 2**attempt, self.max_delay)
+        return backoff * (0.5 + random.random() / 2)
+
+
+def default_client() -> anthropic.AsyncAnthropic:
+    # Retries are ours (below) so that streamed replies dropped mid-way are retried too.
+    return anthropic.AsyncAnthropic(max_retries=0)
+
+
+async def ask(client: Any, request: dict[str, Any], retry: Retry) -> dict[str, Any]:
+    """Send one Messages API request and return the reply as a plain dict.
+
+    ``client`` is an ``anthropic.AsyncAnthropic`` or ``anthropic.Anthropic`` (run on a
+    worker thread).
+    """
+    for attempt in range(retry.attempts):
+        try:
+            return await _send(client, request)
+        except _TRANSIENT as error:
+            if attempt + 1 >= retry.attempts:
+                raise
+            await asyncio.sleep(retry.delay(attempt, error))
+    raise AssertionError("unreachable")
+
+
+async def _send(client: Any, request: dict[str, Any]) -> dict[str, Any]:
+    stream = request.get("max_tokens", 0) > _STREAM_ABOVE
+    if isinstance(client, anthropic.AsyncAnthropic):
+        if stream:
+            async with client.messages.stream(**request) as replies:
+                message = await replies.get_final_message()
+        else:
+            message = await client.messages.create(**request)
+    else:
+        message = await asyncio.to_thread(_send_sync, client, request, stream)
+    dumped: dict[str, Any] = message.model_dump(mode="json", exclude_none=True)
+    return dumped
+
+
+def _send_sync(client: Any, request: dict[str, Any], stream: bool) -> Any:
+    if stream:
+        with client.messages.stream(**request) as replies:
+            return replies.get_final_message()
+    return client.messages.create(**request)
