@@ -1,2 +1,7 @@
 # The test bench's fixtures, one module per real component (see tests/bench/).
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = [
+    "tests.bench.seaweedfs_server",
+    "tests.bench.minio_server",
+    "tests.bench.control_plane",
+    "tests.bench.model",
+]

@@ -1,0 +1,422 @@
+"""Provision the real server binaries the test bench runs, pinned by version.
+
+Run ``python -m tests.bench.testbin`` from the repository root to build (or reuse)
+everything; fixtures call :func:`binary_path` and get the same binaries.
+
+Binaries are cached outside the repository under
+``${XDG_CACHE_HOME:-~/.cache}/alpineagents/testbin/<name>-<version>/<name>``. A binary
+already on ``PATH`` (or in ``$KUBEBUILDER_ASSETS``) is used instead when its version
+fits. Everything is built from source with the ordinary Go client through the Go
+module proxy (no release downloads): ``go build`` of a tiny generated wrapper module for
+etcd and the Kubernetes servers (their own go.mod files carry ``replace`` directives,
+which ``go install pkg@version`` refuses), ``go install`` for MinIO and helm.
+
+A build writes into a temporary file next to its final place and renames it there, so
+an interrupted build never leaves half a binary, and a per-binary lock file keeps two
+test processes from building the same thing at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ETCD_VERSION = "v3.6.16"
+KUBERNETES_VERSION = "v1.35.4"
+# The staging modules (k8s.io/api, k8s.io/apiserver, ...) are tagged v0.<minor>.<patch>.
+_KUBERNETES_STAGING_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
+HELM_VERSION = "v3.22.0"
+# MinIO tags releases as RELEASE.<date>, which is not semver, so Go knows its commits only
+# as pseudo-versions. The module proxy reachable here serves this one (master, February
+# 2026, after the last community release RELEASE.2025-10-15T17-29-55Z); older release
+# commits are refused by it.
+MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
+
+_KUBERNETES_SERVERS = ("kube-apiserver", "kube-controller-manager", "kubectl")
+
+
+class ProvisioningError(RuntimeError):
+    """A binary is neither available nor buildable on this machine."""
+
+
+@dataclass(frozen=True)
+class _Binary:
+    name: str
+    version: str
+    build: Callable[[Path], None]
+    """Build the binary into the given path (a temporary name in its final folder)."""
+    fits: Callable[[Path], bool]
+    """Whether a binary found on PATH (or in KUBEBUILDER_ASSETS) can be used instead."""
+
+
+def cache_root() -> Path:
+    """Where built binaries (and the wrapper modules they are built from) are kept."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "alpineagents" / "testbin"
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GOTOOLCHAIN"] = "local"  # never download a toolchain: only the module proxy is reachable
+    env["GOFLAGS"] = "-mod=mod"
+    env["CGO_ENABLED"] = "0"
+    return env
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise ProvisioningError("the Go toolchain (`go`) is not on PATH")
+    return go
+
+
+def _run_go(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    command = [_go(), *args]
+    result = subprocess.run(
+        command,
+        cwd=cwd,
+        env=env or _go_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.splitlines()[-40:])
+        raise ProvisioningError(f"`{' '.join(command)}` failed in {cwd}:\n{tail}")
+    return result.stdout
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+# --- etcd -----------------------------------------------------------------------------
+
+
+def _etcd_module() -> Path:
+    module = cache_root() / "src" / f"etcd-{ETCD_VERSION}"
+    module.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(
+        module / "main.go",
+        "package main\n\n"
+        'import (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\n'
+        "func main() { etcdmain.Main(os.Args) }\n",
+    )
+    go_mod = module / "go.mod"
+    if not go_mod.exists():
+        _write_if_changed(go_mod, "module alpineagents.dev/testbin/etcd\n\ngo 1.24\n")
+        _run_go(["get", f"go.etcd.io/etcd/server/v3@{ETCD_VERSION}"], module)
+        _run_go(["mod", "tidy"], module)
+    return module
+
+
+def _build_etcd(out: Path) -> None:
+    module = _etcd_module()
+    _run_go(["build", "-trimpath", "-ldflags=-s -w", "-o", str(out), "."], module)
+
+
+# --- Kubernetes servers ---------------------------------------------------------------
+
+
+def _kubernetes_module() -> Path:
+    """A wrapper module requiring k8s.io/kubernetes, with its staging modules pinned.
+
+    k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
+    ./staging/...; a module that depends on it has to replace each one with the
+    published v0.<minor>.<patch> of the same release.
+    """
+    module = cache_root() / "src" / f"kubernetes-{KUBERNETES_VERSION}"
+    module.mkdir(parents=True, exist_ok=True)
+    go_mod = module / "go.mod"
+    if go_mod.exists() and (module / "go.sum").exists():
+        return module
+    info = json.loads(
+        _run_go(["mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"], module)
+    )
+    upstream = Path(info["GoMod"]).read_text()
+    staging = sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", upstream, re.M)))
+    if not staging:
+        raise ProvisioningError(f"no staging replace directives found in {info['GoMod']}")
+    go_line = re.search(r"^go (\S+)", upstream, re.M)
+    lines = [
+        "module alpineagents.dev/testbin/kubernetes",
+        "",
+        f"go {go_line.group(1) if go_line else '1.25.0'}",
+        "",
+        f"require k8s.io/kubernetes {KUBERNETES_VERSION}",
+        "",
+        "replace (",
+        *(f"\t{name} => {name} {_KUBERNETES_STAGING_VERSION}" for name in staging),
+        ")",
+        "",
+    ]
+    # tidy keeps every requirement the three commands need (the build tag hides the file
+    # from builds while tidy still sees its imports).
+    _write_if_changed(
+        module / "tools.go",
+        "//go:build tools\n\npackage tools\n\nimport (\n"
+        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in _KUBERNETES_SERVERS)
+        + ")\n",
+    )
+    pending = module / "go.mod.pending"
+    pending.write_text("\n".join(lines))
+    pending.replace(go_mod)
+    _run_go(["mod", "tidy"], module)
+    return module
+
+
+def _kubernetes_ldflags() -> str:
+    major, minor = KUBERNETES_VERSION.removeprefix("v").split(".")[:2]
+    flags = ["-s", "-w"]
+    # Both packages report versions: /version reads component-base, clients read client-go.
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {package}.gitVersion={KUBERNETES_VERSION}",
+            f"-X {package}.gitMajor={major}",
+            f"-X {package}.gitMinor={minor}",
+            f"-X {package}.gitTreeState=clean",
+        ]
+    return " ".join(flags)
+
+
+def _kubernetes_builder(command: str) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        module = _kubernetes_module()
+        _run_go(
+            [
+                "build",
+                "-trimpath",
+                f"-ldflags={_kubernetes_ldflags()}",
+                "-o",
+                str(out),
+                f"k8s.io/kubernetes/cmd/{command}",
+            ],
+            module,
+        )
+
+    return build
+
+
+# --- go install: MinIO and helm -------------------------------------------------------
+
+
+def _go_install_builder(package: str, version: str, ldflags: str) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix=".gobin-", dir=out.parent) as gobin:
+            env = _go_env()
+            env["GOBIN"] = gobin
+            # go install pkg@version ignores the current module; run it outside any.
+            _run_go(
+                ["install", "-trimpath", f"-ldflags={ldflags}", f"{package}@{version}"],
+                Path(gobin),
+                env,
+            )
+            built = Path(gobin) / package.rsplit("/", 1)[-1]
+            built.replace(out)
+
+    return build
+
+
+# --- version checks for binaries found on PATH -----------------------------------------
+
+
+def _output(args: list[str]) -> str:
+    try:
+        result = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout + result.stderr
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    found = re.search(r"v?(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def _same_minor(pinned: str, version_args: list[str], pattern: str) -> Callable[[Path], bool]:
+    def fits(path: Path) -> bool:
+        found = re.search(pattern, _output([str(path), *version_args]))
+        return found is not None and _minor(found.group(1)) == _minor(pinned)
+
+    return fits
+
+
+def _kubectl_fits(path: Path) -> bool:
+    # The machine image ships kubectl 1.32; everything the bench asks of kubectl (apply,
+    # dry-run=server, wait, version) works across this skew, so any 1.30+ is accepted
+    # rather than spending a cold build on it.
+    found = re.search(
+        r'"gitVersion":\s*"v(\d+)\.(\d+)', _output([str(path), "version", "--client", "-o", "json"])
+    )
+    return found is not None and (int(found.group(1)), int(found.group(2))) >= (1, 30)
+
+
+def _minio_fits(path: Path) -> bool:
+    # Conditional writes (If-None-Match: *) arrived in MinIO in late 2024.
+    found = re.search(r"RELEASE\.(\d{4})-(\d{2})", _output([str(path), "--version"]))
+    return found is not None and (int(found.group(1)), int(found.group(2))) >= (2025, 1)
+
+
+_BINARIES: dict[str, _Binary] = {
+    "etcd": _Binary(
+        "etcd",
+        ETCD_VERSION,
+        _build_etcd,
+        _same_minor(ETCD_VERSION, ["--version"], r"etcd Version: (\S+)"),
+    ),
+    "kube-apiserver": _Binary(
+        "kube-apiserver",
+        KUBERNETES_VERSION,
+        _kubernetes_builder("kube-apiserver"),
+        _same_minor(KUBERNETES_VERSION, ["--version"], r"Kubernetes (v\S+)"),
+    ),
+    "kube-controller-manager": _Binary(
+        "kube-controller-manager",
+        KUBERNETES_VERSION,
+        _kubernetes_builder("kube-controller-manager"),
+        _same_minor(KUBERNETES_VERSION, ["--version"], r"Kubernetes (v\S+)"),
+    ),
+    "kubectl": _Binary(
+        "kubectl", KUBERNETES_VERSION, _kubernetes_builder("kubectl"), _kubectl_fits
+    ),
+    "minio": _Binary(
+        "minio",
+        MINIO_VERSION,
+        _go_install_builder("github.com/minio/minio", MINIO_VERSION, "-s -w"),
+        _minio_fits,
+    ),
+    "helm": _Binary(
+        "helm",
+        HELM_VERSION,
+        _go_install_builder(
+            "helm.sh/helm/v3/cmd/helm",
+            HELM_VERSION,
+            f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+        ),
+        _same_minor(HELM_VERSION, ["version", "--short"], r"(v3\.\d+\.\d+)"),
+    ),
+}
+
+#: Every binary :func:`ensure_all` provisions, in build order.
+NAMES: tuple[str, ...] = tuple(_BINARIES)
+
+
+def cached_path(name: str) -> Path:
+    """Where the pinned build of ``name`` lives in the cache (whether built yet or not)."""
+    binary = _BINARIES[name]
+    return cache_root() / f"{binary.name}-{binary.version}" / binary.name
+
+
+def _found_elsewhere(binary: _Binary) -> Path | None:
+    candidates: list[Path] = []
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if assets:
+        candidates.append(Path(assets) / binary.name)
+    on_path = shutil.which(binary.name)
+    if on_path:
+        candidates.append(Path(on_path))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK) and binary.fits(candidate):
+            return candidate
+    return None
+
+
+@contextmanager
+def _build_lock(name: str) -> Iterator[None]:
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with (cache_root() / f".{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _provision(name: str) -> tuple[Path, str]:
+    """The binary's path and how it was obtained ("cached", "reused", "built")."""
+    if name not in _BINARIES:
+        raise KeyError(f"unknown test binary {name!r}; known: {', '.join(NAMES)}")
+    binary = _BINARIES[name]
+    final = cached_path(name)
+    if final.is_file():
+        return final, "cached"
+    elsewhere = _found_elsewhere(binary)
+    if elsewhere is not None:
+        return elsewhere, "reused"
+    with _build_lock(name):
+        if final.is_file():  # another process built it while we waited for the lock
+            return final, "cached"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        partial = final.parent / f".{binary.name}.partial-{os.getpid()}"
+        try:
+            binary.build(partial)
+            partial.chmod(0o755)
+            partial.replace(final)
+        finally:
+            partial.unlink(missing_ok=True)
+    return final, "built"
+
+
+def binary_path(name: str) -> Path:
+    """Path to a runnable ``name`` (etcd, kube-apiserver, ...), building it if missing.
+
+    Raises :class:`ProvisioningError` when it is not available and cannot be built.
+    """
+    return _provision(name)[0]
+
+
+def ensure_all(names: tuple[str, ...] = NAMES, report: bool = False) -> dict[str, Path]:
+    """Provision every binary in ``names``; with ``report``, print what happened to each."""
+    paths: dict[str, Path] = {}
+    for name in names:
+        started = time.monotonic()
+        path, how = _provision(name)
+        paths[name] = path
+        if report:
+            elapsed = time.monotonic() - started
+            print(
+                f"{name:<24} {_BINARIES[name].version:<36} {how:<7} {elapsed:7.1f}s  {path}",
+                flush=True,
+            )
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: provision the named binaries (default: all) and print a line each."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.testbin", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "names", nargs="*", help=f"binaries to provision (default: all of {', '.join(NAMES)})"
+    )
+    args = parser.parse_args(argv)
+    names = tuple(args.names) or NAMES
+    unknown = sorted(set(names) - set(NAMES))
+    if unknown:
+        parser.error(f"unknown binaries {', '.join(unknown)}; known: {', '.join(NAMES)}")
+    started = time.monotonic()
+    try:
+        ensure_all(names, report=True)
+    except ProvisioningError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"{'total':<69} {time.monotonic() - started:7.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
