@@ -3,5 +3,4 @@ pytest_plugins: list[str] = [
     "tests.bench.seaweedfs_server",
     "tests.bench.minio_server",
     "tests.bench.control_plane",
-    "tests.bench.model",
 ]
