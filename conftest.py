@@ -3,4 +3,5 @@ pytest_plugins: list[str] = [
     "tests.bench.seaweedfs_server",
     "tests.bench.minio_server",
     "tests.bench.control_plane",
+    "tests.bench.pod_runner",
 ]
