@@ -1,7 +1,8 @@
 # The test bench's fixtures, one module per real component (see tests/bench/).
 pytest_plugins: list[str] = [
-    "tests.bench.seaweedfs_server",
     "tests.bench.minio_server",
+    "tests.bench.seaweedfs_server",
     "tests.bench.control_plane",
     "tests.bench.pod_runner",
+    "tests.bench.model",
 ]
