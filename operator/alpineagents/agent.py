@@ -20,6 +20,8 @@ from .tools import Tool, ToolOutput, as_tool, call, output
 
 # The State and call id of the tool call running in this context (for subagents).
 _current_call: contextvars.ContextVar[tuple[State, str]] = contextvars.ContextVar("current_call")
+# The model client of the run in this context: an async client belongs to one event loop.
+_run_client: contextvars.ContextVar[Any] = contextvars.ContextVar("run_client")
 _INTERRUPTS = (KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit)
 
 
@@ -110,6 +112,7 @@ class Agent:
         loop = asyncio.get_running_loop()
         state._running, state._sync_saves, state._save_lock = True, sync_saves, asyncio.Lock()
         state._on_send = lambda: _ignore(loop.call_soon_threadsafe(self._save_soon, state))
+        client_token = _run_client.set(self._client or _model.default_client())
         try:
             await self._save(state)  # run starts; refuses a new State whose id is taken
             try:
@@ -135,6 +138,9 @@ class Agent:
             return state.answer
         finally:
             state._running, state._on_send, state._save_error = False, None, None
+            if self._client is None:
+                await _model.close(_run_client.get())
+            _run_client.reset(client_token)
 
     async def _steps(self, state: State) -> str:
         turns = 0
@@ -339,9 +345,7 @@ class Agent:
             _current_call.reset(token)
 
     def _model_client(self) -> Any:
-        if self._client is None:
-            self._client = _model.default_client()
-        return self._client
+        return _run_client.get(None) or self._client or _model.default_client()
 
     def _request(self, messages: list[Message], *, with_tools: bool = True) -> dict[str, Any]:
         request: dict[str, Any] = {
@@ -373,7 +377,7 @@ def _merged(messages: list[Message]) -> list[dict[str, Any]]:
 
 def _compaction_cut(messages: list[Message]) -> int:
     # Keep the tail from a plain user message on, so no tool_use loses its tool_result.
-    for index in range(len(messages) - 2, 0, -1):
+    for index in range(len(messages) - 1, 0, -1):
         message = messages[index]
         if message.role == "user" and not any(
             b.get("type") == "tool_result" for b in message.blocks

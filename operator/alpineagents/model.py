@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,12 @@ class Retry:
 def default_client() -> anthropic.AsyncAnthropic:
     # Retries are ours (below) so that streamed replies dropped mid-way are retried too.
     return anthropic.AsyncAnthropic(max_retries=0)
+
+
+async def close(client: Any) -> None:
+    """Close a client this package made (its connections belong to the run's event loop)."""
+    with contextlib.suppress(Exception):
+        await client.close()
 
 
 async def ask(client: Any, request: dict[str, Any], retry: Retry) -> dict[str, Any]:
