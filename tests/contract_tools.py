@@ -18,10 +18,19 @@ class Watched(Store):
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.writes: list[tuple[list[str], bool]] = []
-        self.fail_when: Callable[[list[dict[str, Any]]], BaseException | None] = lambda entries: None
+        self.fail_when: Callable[[list[dict[str, Any]]], BaseException | None] = lambda entries: (
+            None
+        )
         self.lock = threading.Lock()
 
-    def write(self, state_id: str, entries: list[dict[str, Any]], info: dict[str, Any], *, create: bool = False) -> None:
+    def write(
+        self,
+        state_id: str,
+        entries: list[dict[str, Any]],
+        info: dict[str, Any],
+        *,
+        create: bool = False,
+    ) -> None:
         failure = self.fail_when(entries)
         if failure is not None:
             raise failure
@@ -46,7 +55,9 @@ class Watched(Store):
         return [e["kind"] for e in sorted(record.entries, key=lambda e: e["seq"])] if record else []
 
 
-def fail_once(error: BaseException, when: Callable[[list[dict[str, Any]]], bool]) -> Callable[[list[dict[str, Any]]], BaseException | None]:
+def fail_once(
+    error: BaseException, when: Callable[[list[dict[str, Any]]], bool]
+) -> Callable[[list[dict[str, Any]]], BaseException | None]:
     fired = threading.Event()
 
     def pick(entries: list[dict[str, Any]]) -> BaseException | None:

@@ -52,8 +52,12 @@ def lookup(key: str) -> str:
 
 # ------------------------------------------------------------------ When the Agent saves
 class TestWhenTheAgentSaves:
-    def test_save_points_of_a_run_with_one_tool(self, watched: Watched, model_server: ModelServer) -> None:
-        model_server.add(reply("Checking.", tool_use("lookup", {"key": "a"})), reply("Done: value of a."))
+    def test_save_points_of_a_run_with_one_tool(
+        self, watched: Watched, model_server: ModelServer
+    ) -> None:
+        model_server.add(
+            reply("Checking.", tool_use("lookup", {"key": "a"})), reply("Done: value of a.")
+        )
         state = new_state()
         assert agent_for(watched, lookup).run(state) == "Done: value of a."
         assert watched.writes == [
@@ -67,7 +71,9 @@ class TestWhenTheAgentSaves:
         ]
         assert watched.saved_kinds(state.id) == [e.kind for e in state.history]
 
-    def test_a_save_writes_nothing_when_nothing_changed(self, watched: Watched, model_server: ModelServer) -> None:
+    def test_a_save_writes_nothing_when_nothing_changed(
+        self, watched: Watched, model_server: ModelServer
+    ) -> None:
         model_server.add(reply("Hello."))
         state = new_state()
         agent_for(watched).run(state)
@@ -76,7 +82,9 @@ class TestWhenTheAgentSaves:
         asyncio.run(watched.asave(state))
         assert len(watched.writes) == before
 
-    def test_store_save_writes_changes_made_outside_the_agent(self, store: Store, model_server: ModelServer) -> None:
+    def test_store_save_writes_changes_made_outside_the_agent(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
         model_server.add(reply("Hello."))
         state = new_state()
         agent_for(store).run(state)
@@ -100,7 +108,11 @@ class TestWhenTheAgentSaves:
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 record = store.read("nightly-report")
-                kinds = [e["data"].get("name") for e in record.entries if e["kind"] == "tool_result"] if record else []
+                kinds = (
+                    [e["data"].get("name") for e in record.entries if e["kind"] == "tool_result"]
+                    if record
+                    else []
+                )
                 if "quick" in kinds:
                     seen_while_running.append(kinds)
                     return "long result"
@@ -129,7 +141,9 @@ class TestWhenTheAgentSaves:
             """Sends mail."""
             return "sent"
 
-        model_server.add(reply(tool_use("read_mail"), tool_use("send_mail")), reply("Read, not sent."))
+        model_server.add(
+            reply(tool_use("read_mail"), tool_use("send_mail")), reply("Read, not sent.")
+        )
         agent = agent_for(
             store,
             read_mail,
@@ -179,7 +193,9 @@ class TestIfTheProcessStops:
 
 # ------------------------------------------------------------------ Stop cleanly on SIGTERM
 class TestExceptionsEndTheRunTheUsualWay:
-    def test_sys_exit_in_a_tool_closes_running_calls_and_saves(self, store: Store, model_server: ModelServer) -> None:
+    def test_sys_exit_in_a_tool_closes_running_calls_and_saves(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
         started = threading.Event()
 
         @tool
@@ -208,7 +224,9 @@ class TestExceptionsEndTheRunTheUsualWay:
         }
         assert loaded.stopped == "interrupted"
 
-    def test_a_model_error_propagates_and_the_request_is_taken_back(self, store: Store, model_server: ModelServer) -> None:
+    def test_a_model_error_propagates_and_the_request_is_taken_back(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
         import anthropic
 
         model_server.add(error(400, "bad request"))
@@ -216,11 +234,18 @@ class TestExceptionsEndTheRunTheUsualWay:
         with pytest.raises(anthropic.BadRequestError):
             agent_for(store).run(state)
         loaded = store.load(state.id)
-        assert [e.kind for e in loaded.history] == ["message", "model_request", "model_error", "stop"]
+        assert [e.kind for e in loaded.history] == [
+            "message",
+            "model_request",
+            "model_error",
+            "stop",
+        ]
         assert loaded.history[2].text.startswith("BadRequestError: ")
         assert loaded.messages == [Message.user("Write the nightly report")]
 
-    def test_arun_is_cancellable_like_sigterm(self, store: Store, model_server: ModelServer) -> None:
+    def test_arun_is_cancellable_like_sigterm(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
         model_server.add(hold())
 
         async def scenario() -> State:
@@ -240,7 +265,9 @@ class TestExceptionsEndTheRunTheUsualWay:
             ("stop", "stopped: CancelledError: "),
         ]
 
-    def test_transient_model_errors_are_retried_before_think_fails(self, store: Store, model_server: ModelServer) -> None:
+    def test_transient_model_errors_are_retried_before_think_fails(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
         from alpineagents.model import Retry
 
         model_server.add(error(529), error(429, retry_after=0), error(500), reply("Made it."))
@@ -253,7 +280,9 @@ class TestExceptionsEndTheRunTheUsualWay:
 
 # ------------------------------------------------------------------ If saving fails
 class TestIfSavingFails:
-    def test_in_a_good_run_the_store_exception_is_raised(self, watched: Watched, model_server: ModelServer) -> None:
+    def test_in_a_good_run_the_store_exception_is_raised(
+        self, watched: Watched, model_server: ModelServer
+    ) -> None:
         model_server.add(reply("Hello."))
         watched.fail_when = fail_once(NO_SPACE, has_kind("model_reply"))
         state = new_state()
@@ -264,7 +293,9 @@ class TestIfSavingFails:
         watched.save(state)
         assert watched.load(state.id).answer == "Hello."
 
-    def test_in_a_failing_run_the_original_is_raised_with_a_note(self, watched: Watched, model_server: ModelServer) -> None:
+    def test_in_a_failing_run_the_original_is_raised_with_a_note(
+        self, watched: Watched, model_server: ModelServer
+    ) -> None:
         import anthropic
 
         from alpineagents.model import Retry
@@ -282,7 +313,9 @@ class TestIfSavingFails:
         watched.save(state)
         assert watched.load(state.id) == state
 
-    def test_ctrl_c_while_saving_is_raised_instead_of_the_original(self, watched: Watched, model_server: ModelServer) -> None:
+    def test_ctrl_c_while_saving_is_raised_instead_of_the_original(
+        self, watched: Watched, model_server: ModelServer
+    ) -> None:
         model_server.add(error(400))
         watched.fail_when = fail_once(KeyboardInterrupt(), has_kind("model_error"))
         with pytest.raises(KeyboardInterrupt):
@@ -315,10 +348,15 @@ class TestIfSavingFails:
         assert sorted(ran) == ["first", "second"]
         # The save at the end of use_tools wrote the result whose own save failed.
         loaded = watched.load(state.id)
-        assert sorted(e.data["name"] for e in loaded.history if e.kind == "tool_result") == ["first", "second"]
+        assert sorted(e.data["name"] for e in loaded.history if e.kind == "tool_result") == [
+            "first",
+            "second",
+        ]
         assert loaded == state
 
-    def test_the_save_at_the_end_of_use_tools_raises_if_it_fails(self, watched: Watched, model_server: ModelServer) -> None:
+    def test_the_save_at_the_end_of_use_tools_raises_if_it_fails(
+        self, watched: Watched, model_server: ModelServer
+    ) -> None:
         model_server.add(reply(tool_use("lookup", {"key": "x"})))
         watched.fail_when = lambda entries: NO_SPACE if has_kind("tool_result")(entries) else None
         state = new_state()
@@ -329,7 +367,9 @@ class TestIfSavingFails:
 
 # ------------------------------------------------------------------ Rules
 class TestRules:
-    def test_a_state_runs_only_with_the_store_it_is_saved_in(self, store: Store, tmp_path: Path, model_server: ModelServer) -> None:
+    def test_a_state_runs_only_with_the_store_it_is_saved_in(
+        self, store: Store, tmp_path: Path, model_server: ModelServer
+    ) -> None:
         model_server.add(reply("Hello."))
         state = new_state()
         agent_for(store).run(state)
@@ -337,7 +377,9 @@ class TestRules:
             agent_for(FileStore(tmp_path / "other")).run(store.load(state.id))
         assert len(model_server.requests) == 1
 
-    def test_two_filestores_for_one_folder_are_the_same_store(self, tmp_path: Path, model_server: ModelServer) -> None:
+    def test_two_filestores_for_one_folder_are_the_same_store(
+        self, tmp_path: Path, model_server: ModelServer
+    ) -> None:
         model_server.add(reply("Hello."), reply("Again."))
         state = new_state()
         agent_for(FileStore(tmp_path / "runs")).run(state)
@@ -367,7 +409,9 @@ class TestRules:
         with pytest.raises(ValueError, match=f"format {version!r}"):
             store.load(state.id)
 
-    def test_a_format_4_state_loads_and_is_saved_on_as_format_5(self, tmp_path: Path, model_server: ModelServer) -> None:
+    def test_a_format_4_state_loads_and_is_saved_on_as_format_5(
+        self, tmp_path: Path, model_server: ModelServer
+    ) -> None:
         import shutil
 
         shutil.copytree(Path(__file__).parent / "fixtures" / "format4", tmp_path / "runs")
@@ -380,21 +424,35 @@ class TestRules:
         record = store.read("weekly-digest")
         assert record is not None and record.info["v"] == 5
 
-    def test_filestore_files_are_readable_only_by_their_owner(self, tmp_path: Path, model_server: ModelServer) -> None:
+    def test_filestore_files_are_readable_only_by_their_owner(
+        self, tmp_path: Path, model_server: ModelServer
+    ) -> None:
         model_server.add(reply("Hello."))
         folder = tmp_path / "runs"
         agent_for(FileStore(folder)).run(new_state())
-        modes = {p.relative_to(folder).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in folder.rglob("*")}
-        assert modes and all(mode == (0o700 if (folder / p).is_dir() else 0o600) for p, mode in modes.items())
+        modes = {
+            p.relative_to(folder).as_posix(): stat.S_IMODE(p.stat().st_mode)
+            for p in folder.rglob("*")
+        }
+        assert modes and all(
+            mode == (0o700 if (folder / p).is_dir() else 0o600) for p, mode in modes.items()
+        )
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
 
-    def test_images_in_tool_results_are_saved_as_base64(self, store: Store, model_server: ModelServer) -> None:
+    def test_images_in_tool_results_are_saved_as_base64(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
         pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 
         @tool
         def screenshot() -> list[dict[str, Any]]:
             """Takes a screenshot."""
-            return [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": pixel}}]
+            return [
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": pixel},
+                }
+            ]
 
         model_server.add(reply(tool_use("screenshot")), reply("A single pixel."))
         state = new_state()
@@ -446,14 +504,25 @@ class TestListAndDelete:
 
 # ------------------------------------------------------------------ Write your own store
 class TestWriteYourOwnStore:
-    def test_an_async_only_store_runs_with_arun_and_run_says_so(self, model_server: ModelServer) -> None:
+    def test_an_async_only_store_runs_with_arun_and_run_says_so(
+        self, model_server: ModelServer
+    ) -> None:
         class AsyncMemory(Store):
             def __init__(self) -> None:
                 self.records: dict[str, Record] = {}
 
-            async def awrite(self, state_id: str, entries: list[dict[str, Any]], info: dict[str, Any], *, create: bool = False) -> None:
+            async def awrite(
+                self,
+                state_id: str,
+                entries: list[dict[str, Any]],
+                info: dict[str, Any],
+                *,
+                create: bool = False,
+            ) -> None:
                 kept = self.records[state_id].entries if state_id in self.records else []
-                self.records[state_id] = Record(kept + [e for e in entries if e["seq"] >= len(kept)], dict(info))
+                self.records[state_id] = Record(
+                    kept + [e for e in entries if e["seq"] >= len(kept)], dict(info)
+                )
 
             async def aread(self, state_id: str) -> Record | None:
                 return self.records.get(state_id)
@@ -483,7 +552,9 @@ class TestSteps:
         agent = agent_for(store, compact_after=300)
         agent.run(state)
         state.send("Second question")
-        model_server.add(reply("Summary: asked for the report, got a long answer."), reply("Second answer."))
+        model_server.add(
+            reply("Summary: asked for the report, got a long answer."), reply("Second answer.")
+        )
         assert agent.run(state) == "Second answer."
         assert state.messages[0].text.startswith("Summary of the earlier conversation:")
         assert [e.kind for e in state.history].count("compaction") == 1
@@ -491,7 +562,9 @@ class TestSteps:
         last = model_server.requests[-1].body["messages"]
         assert "Summary: asked" in last[0]["content"][0]["text"]
 
-    def test_a_call_waiting_for_a_person_stops_the_run_until_approved(self, store: Store, model_server: ModelServer) -> None:
+    def test_a_call_waiting_for_a_person_stops_the_run_until_approved(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
         ran: list[str] = []
 
         @tool
@@ -512,3 +585,15 @@ class TestSteps:
         model_server.add(reply("Deployed."))
         assert agent.run(loaded) == "Deployed."
         assert ran == ["prod"]
+
+
+def test_a_stream_dropped_mid_way_is_retried(tmp_path: Path, model_server: ModelServer) -> None:
+    from alpineagents.model import Retry
+    from alpineagents.testing import drop
+
+    model_server.add(drop(), reply("Whole this time."))
+    agent = Agent(
+        model=MODEL, store=FileStore(tmp_path), max_tokens=16000, retry=Retry(first_delay=0.01)
+    )
+    assert agent.run(new_state()) == "Whole this time."
+    assert [r.stream for r in model_server.requests] == [True, True]

@@ -10,11 +10,17 @@ from typing import Any
 
 import anthropic
 
+try:  # the HTTP library the SDK is built on: its name changed with anthropic 2.x
+    import httpx2 as _http
+except ImportError:  # pragma: no cover - older SDKs
+    import httpx as _http  # type: ignore[no-redef, import-not-found, unused-ignore]
+
 # Requests that can be sent again unchanged: the provider may answer the next one.
 _TRANSIENT = (
     anthropic.APIConnectionError,  # also APITimeoutError
     anthropic.RateLimitError,
     anthropic.InternalServerError,  # 5xx, 529 overloaded among them
+    _http.TransportError,  # a streamed reply dropped mid-way is raised unwrapped
 )
 _STREAM_ABOVE = 4096  # max_tokens from which replies are streamed (long replies time out otherwise)
 
