@@ -528,7 +528,7 @@ class TestWriteYourOwnStore:
                 return self.records.get(state_id)
 
         store = AsyncMemory()
-        with pytest.raises(TypeError, match="async-only.*arun"):
+        with pytest.raises(TypeError, match=r"async-only.*arun"):
             agent_for(store).run(new_state())
         model_server.add(reply("Hello."))
         assert asyncio.run(agent_for(store).arun(new_state())) == "Hello."
