@@ -29,6 +29,7 @@ from tests.bench.pod_runner import (
     expand,
     pod_phase,
     read_termination_message,
+    settle_terminated,
     wait_for_pod,
 )
 
@@ -116,6 +117,24 @@ def test_evicted_pod_status() -> None:
     )
     disruption = next(c for c in status["conditions"] if c["type"] == "DisruptionTarget")
     assert disruption["reason"] == "TerminationByKubelet"
+
+
+def test_a_terminated_pod_settles_every_container_like_the_kubelet() -> None:
+    older = Termination(3, "Error", _T0, _T0, "local://1")
+    last = Termination(2, "Error", _T0, _T0, "local://2")
+    backoff = ContainerView(
+        "a", "img", restart_count=2, waiting_reason="CrashLoopBackOff", last_terminated=last
+    )
+    settled = settle_terminated(backoff, older, initialized=True)
+    assert (settled.terminated, settled.last_terminated) == (last, older)
+    never = settle_terminated(ContainerView("b", "img"), None, initialized=True)
+    assert never.terminated is not None
+    assert (never.terminated.reason, never.terminated.exit_code) == ("ContainerStatusUnknown", 137)
+    waiting = ContainerView("b", "img", waiting_reason="PodInitializing")
+    assert settle_terminated(waiting, None, initialized=False) == waiting
+    # A pod torn down before it ever ran ends Failed, never Pending.
+    facts = PodFacts("Never", [ContainerView("i", "img")], [waiting], _T0, terminal=True)
+    assert build_pod_status(facts)["phase"] == "Failed"
 
 
 def test_variable_expansion_matches_kubernetes() -> None:
@@ -440,6 +459,21 @@ def test_delete_sends_sigterm_to_the_handler_and_then_removes_the_pod(
     assert pod_runner.wait_exited(namespace, "graceful") == {"main": 143}
     assert marker.read_text() == "SIGTERM handled"
     wait_for_pod(api, namespace, "graceful", _gone)
+
+
+@pytest.mark.bench_infra
+def test_force_delete_still_gives_the_process_its_sigterm(
+    pod_runner: PodRunner, api: Any, core: Any, namespace: str, tmp_path: Path
+) -> None:
+    env, ready, marker = _files_env(tmp_path)
+    _create(core, namespace, _pod("forced", _HANDLES_SIGTERM, env=env, grace=30))
+    wait_for_pod(api, namespace, "forced", _phase("Running"))
+    _eventually(ready.exists, "the SIGTERM handler to be installed")
+    core.delete_namespaced_pod("forced", namespace, grace_period_seconds=0)
+    wait_for_pod(api, namespace, "forced", _gone)  # the API forgets it at once...
+    # ...but, as with a real kubelet, the process is still stopped gracefully.
+    assert pod_runner.wait_exited(namespace, "forced") == {"main": 143}
+    assert marker.read_text() == "SIGTERM handled"
 
 
 @pytest.mark.bench_infra

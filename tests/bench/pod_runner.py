@@ -167,11 +167,8 @@ class ContainerView:
 
     @property
     def ever_started(self) -> bool:
-        return (
-            self.running_since is not None
-            or self.terminated is not None
-            or self.last_terminated is not None
-        )
+        ran = [t for t in (self.terminated, self.last_terminated) if t is not None]
+        return self.running_since is not None or any(t.container_id for t in ran)
 
 
 @dataclass(frozen=True)
@@ -190,15 +187,16 @@ class PodFacts:
 
 
 def _termination_json(term: Termination) -> JSON:
-    out: JSON = {
-        "exitCode": term.exit_code,
-        "reason": term.reason,
-        "startedAt": term.started_at,
-        "finishedAt": term.finished_at,
-        "containerID": term.container_id,
-    }
-    if term.message:
-        out["message"] = term.message
+    out: JSON = {"exitCode": term.exit_code, "reason": term.reason}
+    # ContainerStatusUnknown has no times and no container, as in the kubelet's.
+    for key, value in (
+        ("message", term.message),
+        ("startedAt", term.started_at),
+        ("finishedAt", term.finished_at),
+        ("containerID", term.container_id),
+    ):
+        if value:
+            out[key] = value
     return out
 
 
@@ -291,6 +289,34 @@ def pod_phase(
     return "Pending"
 
 
+_UNKNOWN_MESSAGE = "The container could not be located when the pod was terminated"
+
+
+def settle_terminated(
+    view: ContainerView, older: Termination | None, *, initialized: bool
+) -> ContainerView:
+    """A container's final state once its pod is terminal (deleted, evicted, node gone).
+
+    Like the kubelet: a container waiting to be restarted reports its last run as its
+    state (the one before that moves to ``lastState``); one that never ran in an
+    initialized pod is terminated with ``ContainerStatusUnknown`` and exit code 137.
+    """
+    if view.terminated is not None or view.running_since is not None:
+        return view
+    if view.last_terminated is not None:
+        return replace(
+            view,
+            waiting_reason=None,
+            waiting_message="",
+            terminated=view.last_terminated,
+            last_terminated=older,
+        )
+    if not initialized:
+        return view
+    unknown = Termination(137, "ContainerStatusUnknown", "", "", "", _UNKNOWN_MESSAGE)
+    return replace(view, waiting_reason=None, waiting_message="", terminated=unknown)
+
+
 def _condition(
     kind: str,
     status: bool,
@@ -330,8 +356,8 @@ def build_pod_status(
     phase = pod_phase(
         facts.restart_policy, facts.init_containers, facts.containers, terminal=facts.terminal
     )
-    if facts.evicted_message is not None:
-        phase = "Failed"
+    if facts.evicted_message is not None or (facts.terminal and phase not in _TERMINAL_PHASES):
+        phase = "Failed"  # the kubelet's TerminatePod: a terminated pod is never left pending
     conditions: list[JSON] = [
         _condition("PodReadyToStartContainers", facts.sandbox_ready, previous, now)
     ]
@@ -499,6 +525,7 @@ class _Container:
     view: ContainerView
     attempts: int = 0
     process: _Process | None = None
+    older: Termination | None = None  # the termination before view.last_terminated
     log_paths: list[Path] = field(default_factory=list)
 
     @property
@@ -1113,6 +1140,10 @@ class PodRunner:
                     )
         finally:
             self._watch_response = None
+            # Never hand a watch's connection back open: the server may still be
+            # streaming on it, and the next request to reuse it would hang behind that.
+            with contextlib.suppress(Exception):
+                response.close()
             with contextlib.suppress(Exception):
                 response.release_conn()
 
@@ -1225,6 +1256,8 @@ class PodRunner:
                     thread.join()
             with pod.lock:
                 pod.terminal = pod.stopping
+                if pod.terminal:
+                    self._settle(pod, initialized)
                 self._publish(pod, final=True)
                 delete = pod.delete_when_done and not pod.gone
             if delete and not self._quiet and not self._lost:
@@ -1235,6 +1268,15 @@ class PodRunner:
             pod.finished.set()
             with pod.changed:
                 pod.changed.notify_all()
+
+    @staticmethod
+    def _settle(pod: _Pod, initialized: bool) -> None:
+        for container in pod.init_containers:
+            container.view = settle_terminated(container.view, container.older, initialized=False)
+        for container in pod.containers:
+            container.view = settle_terminated(
+                container.view, container.older, initialized=initialized
+            )
 
     def _supervise(self, pod: _Pod, container: _Container) -> bool:
         """Run one container until it is done for good (restarting per restartPolicy).
@@ -1262,6 +1304,7 @@ class PodRunner:
                 if not again:
                     return term.exit_code == 0
                 failures += 1
+                container.older = container.view.last_terminated
                 delay = min(self.restart_backoff[0] * 2 ** (failures - 1), self.restart_backoff[1])
                 container.view = replace(
                     container.view,
@@ -1693,7 +1736,8 @@ def _watch_events(
             if line.strip():
                 yield json.loads(line)
     finally:
-        response.close()
+        response.close()  # not reusable: the server may still be streaming on it
+        response.release_conn()
 
 
 @pytest.fixture
