@@ -7,6 +7,15 @@ does, so code that watches pods (the operator) sees realistic phases, container 
 exit codes, reasons, termination messages, restarts and deletions. Tests can also cause
 the disruptions a real cluster has: hard eviction, OOM kill, and loss of the node.
 
+Use
+---
+The ``pod_runner`` fixture (function scope, on the session's ``control_plane``) yields a
+started runner for node ``bench-node`` that also schedules; at teardown its processes
+are SIGKILLed and the pods bound to its node and the Node itself are deleted. For more
+nodes, ``PodRunner(api_client, node_name="other", schedule=False).start()`` and
+``.stop()`` it yourself. :func:`wait_for_pod` watches one pod until a condition on its
+JSON (or its absence) holds. Nothing is mocked: every effect goes through the API server.
+
 What it does
 ------------
 - Node: creates ``Node/<node_name>`` with a Ready condition, capacity from this machine,
@@ -42,7 +51,10 @@ What it does
   container statuses with waiting/running/terminated state, lastState, restartCount,
   ready, started, image, imageID, containerID ``local://<pid>``. Exit by signal N is
   exit code 128+N; reasons are Completed, Error, OOMKilled, StartError (command not
-  found: exit code 128).
+  found: exit code 128). When a pod is torn down (deleted, evicted) its final status is
+  settled as the kubelet's TerminatePod does: a container waiting to restart reports its
+  last run as terminated, one that never ran is terminated ContainerStatusUnknown (137),
+  and the phase ends Succeeded (all exit 0) or Failed, never Pending/Running.
 - Restarts: ``OnFailure``/``Always`` restart exited containers after a back-off
   (``restart_backoff``, much shorter than the kubelet's 10 s..5 min), shown as Waiting
   ``CrashLoopBackOff`` with the last termination in ``lastState``.
