@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 from minio import Minio
 from minio.error import S3Error
 
-from tests.bench.control_plane import ControlPlane, ControllerManager
+from tests.bench.control_plane import ControllerManager, ControlPlane
 from tests.bench.minio_server import S3Server
 from tests.bench.testbin import KUBERNETES_VERSION, binary_path
 
@@ -93,14 +94,20 @@ def test_status_subresource_is_patched_apart_from_spec(
             },
             **{k: v for k, v in where.items() if k != "name"},
         )
-        created = api.get_namespaced_custom_object(**where)
+
+        def read() -> dict[str, Any]:
+            found = api.get_namespaced_custom_object(**where)
+            assert isinstance(found, dict)
+            return found
+
+        created = read()
 
         # A status write through /status leaves spec (and generation) alone, even when
         # the patch also names a spec field.
         api.patch_namespaced_custom_object_status(
             body={"status": {"phase": "Running"}, "spec": {"size": 99}}, **where
         )
-        after_status = api.get_namespaced_custom_object(**where)
+        after_status = read()
         assert after_status["status"] == {"phase": "Running"}
         assert after_status["spec"] == {"size": 1}
         assert after_status["metadata"]["generation"] == created["metadata"]["generation"]
@@ -109,7 +116,7 @@ def test_status_subresource_is_patched_apart_from_spec(
         api.patch_namespaced_custom_object(
             body={"spec": {"size": 2}, "status": {"phase": "Overwritten"}}, **where
         )
-        after_spec = api.get_namespaced_custom_object(**where)
+        after_spec = read()
         assert after_spec["spec"] == {"size": 2}
         assert after_spec["status"] == {"phase": "Running"}
         assert after_spec["metadata"]["generation"] == created["metadata"]["generation"] + 1
@@ -137,6 +144,37 @@ def test_kubectl_and_helm_talk_to_the_bench_cluster(control_plane: ControlPlane)
         check=False,
     )
     assert listed.returncode == 0, listed.stderr
+
+
+def test_pods_are_accepted_without_nodes_or_service_accounts(
+    control_plane: ControlPlane,
+) -> None:
+    # The operator's tests create pods here: they must be stored (and stay Pending,
+    # with no node to run them) even though no controller made a default ServiceAccount.
+    manifest = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "bench-pending", "namespace": "default"},
+            "spec": {
+                "serviceAccountName": "agent-runner",
+                "containers": [{"name": "main", "image": "example.invalid/agent:1"}],
+            },
+        }
+    )
+    control_plane.kubectl("create", "-f", "-", input=manifest)
+    try:
+        pod = json.loads(
+            control_plane.kubectl(
+                "get", "pod", "bench-pending", "-n", "default", "-o", "json"
+            ).stdout
+        )
+        assert pod["status"]["phase"] == "Pending"
+        assert pod["spec"]["serviceAccountName"] == "agent-runner"
+    finally:
+        control_plane.kubectl(
+            "delete", "pod", "bench-pending", "-n", "default", "--grace-period=0", "--force"
+        )
 
 
 def test_helm_template_output_passes_a_server_side_dry_run(
@@ -190,12 +228,13 @@ def test_garbage_collector_deletes_dependents_of_a_deleted_owner(
     control_plane: ControlPlane, controller_manager: ControllerManager
 ) -> None:
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(control_plane.api_client())
     owner = core.create_namespaced_config_map(
         "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="gc-owner"))
     )
+    assert owner.metadata is not None and owner.metadata.uid is not None
     core.create_namespaced_config_map(
         "default",
         client.V1ConfigMap(
@@ -272,8 +311,6 @@ def test_object_store_keeps_its_data_across_a_stop_and_restart(
     server.stop()
     assert not server.running
     # Short timeouts and no retries: the point is only that nothing answers.
-    import urllib3
-
     refusing = Minio(
         server.endpoint,
         access_key=server.access_key,

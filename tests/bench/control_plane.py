@@ -29,13 +29,16 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.bench.infra import free_port, missing
 from tests.bench.server_process import ServerFailed, ServerProcess
 from tests.bench.testbin import ProvisioningError, binary_path
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _SERVICE_CIDR = "10.96.0.0/16"
@@ -148,7 +151,12 @@ def _make_certificates() -> _Certificates:
         ca=_Pem(ca_cert.public_bytes(serialization.Encoding.PEM), key_pem(ca_key)),
         serving=issue(name("kube-apiserver"), server=True),
         admin=issue(name("bench-admin", "system:masters"), server=False),
-        controller_manager=issue(name("system:kube-controller-manager"), server=False),
+        # system:masters rather than RBAC's own kube-controller-manager role: with
+        # --use-service-account-credentials=false every controller acts as this one
+        # identity, and the bench runs no token controller to give each its own.
+        controller_manager=issue(
+            name("system:kube-controller-manager", "system:masters"), server=False
+        ),
         service_account_key=key_pem(service_account),
         service_account_public=service_account.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -199,11 +207,14 @@ class ControlPlane:
     workdir: Path
     _ssl_context: ssl.SSLContext = field(repr=False)
 
-    def api_client(self) -> Any:
+    def api_client(self) -> ApiClient:
         """A fresh ``kubernetes.client.ApiClient`` authenticated as the admin."""
         from kubernetes import config
 
-        return config.new_client_from_config(config_file=str(self.kubeconfig))
+        api: ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.kubeconfig)
+        )
+        return api
 
     def kubectl(
         self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120.0
@@ -220,13 +231,16 @@ class ControlPlane:
         return result
 
     def get(self, path: str) -> tuple[int, bytes]:
-        """GET a raw API path as the admin: (HTTP status, body)."""
+        """GET a raw API path as the admin: (HTTP status, body); status 0 when nothing
+        answered (not listening yet, or stopped)."""
         request = urllib.request.Request(self.server + path)
         try:
             with urllib.request.urlopen(request, context=self._ssl_context, timeout=10) as response:
                 return int(response.status), bytes(response.read())
         except urllib.error.HTTPError as error:
             return int(error.code), bytes(error.read())
+        except OSError as error:  # URLError is an OSError: connection refused, reset, ...
+            return 0, str(error).encode()
 
     def apply_crds(self, directory: Path | None = None, timeout: float = 60.0) -> list[str]:
         """Apply every YAML file in ``directory`` (default ``<repo>/crds``) and wait for
@@ -413,8 +427,6 @@ def controller_manager(control_plane: ControlPlane) -> Iterator[ControllerManage
         [
             str(binary),
             f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
             "--controllers=garbage-collector-controller,namespace-controller",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",

@@ -14,6 +14,7 @@ for tests of "the object store went away mid-run and came back".
 
 from __future__ import annotations
 
+import io
 import shutil
 import tempfile
 import urllib.error
@@ -28,6 +29,9 @@ import pytest
 from tests.bench.infra import free_port, missing
 from tests.bench.server_process import ServerFailed, ServerProcess
 from tests.bench.testbin import ProvisioningError, binary_path
+
+# Readiness probes write here, never into a bucket a test looks at.
+_PROBE_BUCKET = "bench-readiness-probe"
 
 
 class S3Server:
@@ -87,21 +91,46 @@ class S3Server:
         except (urllib.error.URLError, OSError):
             return False
 
-    def _answers_s3(self) -> bool:
+    def _probe_client(self) -> Any:
+        import urllib3
+        from minio import Minio
+
+        # No retries and short timeouts: each readiness poll must fail fast.
+        return Minio(
+            self.endpoint,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            secure=False,
+            region="us-east-1",
+            http_client=urllib3.PoolManager(timeout=5.0, retries=False),
+        )
+
+    def _serves_data(self) -> bool:
+        """Whether a write and a read of an object go through (SeaweedFS answers S3
+        listing calls before its volume server has re-registered, and 503s data)."""
+        import urllib3
         from minio.error import MinioException
 
+        client = self._probe_client()
         try:
-            self.client().list_buckets()
-        except (MinioException, OSError, ValueError):
+            if not client.bucket_exists(_PROBE_BUCKET):
+                client.make_bucket(_PROBE_BUCKET)
+            client.put_object(_PROBE_BUCKET, "probe", io.BytesIO(b"ok"), 2)
+            response = client.get_object(_PROBE_BUCKET, "probe")
+            try:
+                return bool(response.read() == b"ok")
+            finally:
+                response.close()
+                response.release_conn()
+        except (MinioException, urllib3.exceptions.HTTPError, OSError, ValueError):
             return False
-        return True
 
     def start(self, timeout: float = 60.0) -> None:
         """Start (or restart) the server on the same port and data dir; wait until it
-        answers S3 requests."""
+        stores and serves objects."""
         self.process.start()
         self.process.wait_until(self._ready, f"ready ({self._ready_path})", timeout=timeout)
-        self.process.wait_until(self._answers_s3, "answering S3 requests", timeout=timeout)
+        self.process.wait_until(self._serves_data, "serving objects", timeout=timeout)
 
     def stop(self) -> None:
         """Stop the server (its data stays); requests fail until :meth:`start`."""

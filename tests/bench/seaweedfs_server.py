@@ -80,9 +80,17 @@ def start_seaweedfs(workdir: Path, access_key: str, secret_key: str) -> S3Server
             # Small volumes: the default 30 GiB limit makes each volume reserve room.
             "-master.volumeSizeLimitMB=64",
             "-volume.max=0",
+            # Traffic stays on loopback: no usage reports to the vendor.
+            "-master.telemetry=false",
+            # A restarted single master re-elects itself only after the election timeout
+            # (10 s by default), which every stop/start test would otherwise wait out.
+            "-master.electionTimeout=1s",
         ],
         workdir / "seaweedfs.log",
         cwd=workdir,
+        # weed hangs in its graceful gRPC shutdown; a short grace, then SIGKILL, is
+        # also what a crashed object store looks like.
+        stop_grace=2.0,
     )
     server = S3Server("seaweedfs", process, s3_port, access_key, secret_key, "/healthz", workdir)
     start_session_server(server)

@@ -34,18 +34,22 @@ class ServerProcess:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        stop_grace: float = 15.0,
     ) -> None:
         self.name = name
         self.args = [str(arg) for arg in args]
         self.log_path = log_path
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
+        self.stop_grace = stop_grace
+        """Seconds :meth:`stop` waits after SIGTERM before SIGKILL."""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def pid(self) -> int | None:
         """The running process's id, or None when it is not running."""
-        return self._process.pid if self.running else None
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
 
     @property
     def running(self) -> bool:
@@ -70,7 +74,7 @@ class ServerProcess:
                 start_new_session=True,
             )
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self) -> None:
         """Stop the process: SIGTERM to its process group, SIGKILL if it lingers."""
         process = self._process
         if process is None:
@@ -78,10 +82,10 @@ class ServerProcess:
         if process.poll() is None:
             self._signal_group(process.pid, signal.SIGTERM)
             try:
-                process.wait(timeout=timeout)
+                process.wait(timeout=self.stop_grace)
             except subprocess.TimeoutExpired:
                 self._signal_group(process.pid, signal.SIGKILL)
-                process.wait(timeout=timeout)
+                process.wait(timeout=30)
         # Reap whatever it forked into its group that outlived it.
         self._signal_group(process.pid, signal.SIGKILL)
 
