@@ -61,8 +61,74 @@ class _Certificates:
     service_account_public: bytes
 
 
-def _make_certificates() -> _Certificates:
-    """A throwaway CA, its serving and client certificates, and a service-account key."""
+_SERVING_NAMES = ("localhost", "kubernetes.default.svc")
+_SERVING_IPS = ("127.0.0.1", "10.96.0.1")  # loopback, and the service CIDR's first address
+
+
+def _make_certificates(scratch: Path) -> _Certificates:
+    """A throwaway CA, its serving and client certificates, and a service-account key.
+
+    Made with the ``cryptography`` package when it is installed (no dependency of this
+    project pulls it in), else with the ``openssl`` command line in ``scratch``.
+    """
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        if shutil.which("openssl") is None:
+            missing("certificate tooling", "pip install cryptography, or install openssl")
+        return _make_certificates_with_openssl(scratch)
+    return _make_certificates_with_cryptography()
+
+
+def _make_certificates_with_openssl(scratch: Path) -> _Certificates:
+    scratch.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=scratch, capture_output=True, check=True)
+
+    ec_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl(
+        "req", "-x509", *ec_key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "7",
+        "-subj", "/CN=alpineagents-bench-ca",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+    )  # fmt: skip
+
+    def issue(stem: str, subject: str, server: bool) -> _Pem:
+        openssl("req", "-new", *ec_key, "-keyout", f"{stem}.key", "-out", f"{stem}.csr",
+                "-subj", subject)  # fmt: skip
+        extensions = ["basicConstraints=critical,CA:FALSE"]
+        if server:
+            alt_names = [f"DNS:{n}" for n in _SERVING_NAMES] + [f"IP:{i}" for i in _SERVING_IPS]
+            extensions += ["extendedKeyUsage=serverAuth", "subjectAltName=" + ",".join(alt_names)]
+        else:
+            extensions.append("extendedKeyUsage=clientAuth")
+        (scratch / f"{stem}.ext").write_text("\n".join(extensions) + "\n")
+        openssl(
+            "x509", "-req", "-in", f"{stem}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "7", "-out", f"{stem}.crt", "-extfile", f"{stem}.ext",
+        )  # fmt: skip
+        return _Pem((scratch / f"{stem}.crt").read_bytes(), (scratch / f"{stem}.key").read_bytes())
+
+    serving = issue("serving", "/CN=kube-apiserver", server=True)
+    admin = issue("admin", "/CN=bench-admin/O=system:masters", server=False)
+    # system:masters: see _make_certificates_with_cryptography.
+    controller_manager = issue(
+        "controller-manager", "/CN=system:kube-controller-manager/O=system:masters", server=False
+    )
+    openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key")
+    openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+    return _Certificates(
+        ca=_Pem((scratch / "ca.crt").read_bytes(), (scratch / "ca.key").read_bytes()),
+        serving=serving,
+        admin=admin,
+        controller_manager=controller_manager,
+        service_account_key=(scratch / "sa.key").read_bytes(),
+        service_account_public=(scratch / "sa.pub").read_bytes(),
+    )
+
+
+def _make_certificates_with_cryptography() -> _Certificates:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -135,10 +201,8 @@ def _make_certificates() -> _Certificates:
             builder = builder.add_extension(
                 x509.SubjectAlternativeName(
                     [
-                        x509.DNSName("localhost"),
-                        x509.DNSName("kubernetes.default.svc"),
-                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                        x509.IPAddress(ipaddress.ip_address("10.96.0.1")),
+                        *(x509.DNSName(dns) for dns in _SERVING_NAMES),
+                        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVING_IPS),
                     ]
                 ),
                 critical=False,
@@ -304,7 +368,7 @@ def _start_etcd(stack: ExitStack, workdir: Path) -> str:
 def _start_control_plane(stack: ExitStack, workdir: Path) -> ControlPlane:
     kube_apiserver = binary_path("kube-apiserver")
     kubectl = binary_path("kubectl")
-    certificates = _make_certificates()
+    certificates = _make_certificates(workdir / "openssl")
     pki = workdir / "pki"
     pki.mkdir()
     files = {

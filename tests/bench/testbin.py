@@ -44,6 +44,7 @@ HELM_VERSION = "v3.22.0"
 # commits are refused by it.
 MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
 
+_DEFAULT_GO = "/usr/local/go/bin/go"
 _KUBERNETES_SERVERS = ("kube-apiserver", "kube-controller-manager", "kubectl")
 
 
@@ -77,6 +78,9 @@ def _go_env() -> dict[str, str]:
 
 def _go() -> str:
     go = shutil.which("go")
+    if go is None and os.access(_DEFAULT_GO, os.X_OK):
+        # Where Go's own installer puts it; a CI shell may not have it on PATH.
+        go = _DEFAULT_GO
     if go is None:
         raise ProvisioningError("the Go toolchain (`go`) is not on PATH")
     return go
