@@ -49,6 +49,7 @@ class S3Server:
         secret_key: str,
         ready_path: str,
         workdir: Path,
+        after_stop: Callable[[], None] | None = None,
     ) -> None:
         self.kind = kind
         """"minio" or "seaweedfs"."""
@@ -61,6 +62,7 @@ class S3Server:
         self.bucket = f"session-{uuid.uuid4().hex[:12]}"
         """A bucket created when the server first came up, shared by the session."""
         self._ready_path = ready_path
+        self._after_stop = after_stop
 
     @property
     def url(self) -> str:
@@ -135,6 +137,8 @@ class S3Server:
     def stop(self) -> None:
         """Stop the server (its data stays); requests fail until :meth:`start`."""
         self.process.stop()
+        if self._after_stop is not None:
+            self._after_stop()
 
     def unique_prefix(self) -> str:
         """A fresh key prefix (ending in "/"), for isolating a test inside ``bucket``."""

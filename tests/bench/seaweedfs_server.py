@@ -92,7 +92,24 @@ def start_seaweedfs(workdir: Path, access_key: str, secret_key: str) -> S3Server
         # also what a crashed object store looks like.
         stop_grace=2.0,
     )
-    server = S3Server("seaweedfs", process, s3_port, access_key, secret_key, "/healthz", workdir)
+
+    def remove_sockets() -> None:
+        # weed also listens on /tmp/seaweedfs-<role>-<port>.sock and leaves them behind
+        # when killed; a stale one would outlive the test and may collide with a reuse.
+        for port in ports.values():
+            for socket_file in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                socket_file.unlink(missing_ok=True)
+
+    server = S3Server(
+        "seaweedfs",
+        process,
+        s3_port,
+        access_key,
+        secret_key,
+        "/healthz",
+        workdir,
+        after_stop=remove_sockets,
+    )
     start_session_server(server)
     return server
 
