@@ -1,0 +1,47 @@
+"""Run the operator: ``python -m alpineagents_operator``.
+
+This is ``kopf run -m alpineagents_operator.handlers`` with the settings taken from the
+environment (see :mod:`alpineagents_operator.config`):
+
+- watches the namespaces in ``ALPINEAGENTS_NAMESPACES`` (empty: the whole cluster);
+- standalone (no peering) unless ``ALPINEAGENTS_PEERING`` names a peering;
+- serves kopf's liveness endpoint on ``http://0.0.0.0:$ALPINEAGENTS_HEALTH_PORT/healthz``
+  (default 8080; 0 turns it off): it answers 200 with the probe results, among them
+  ``secondsSinceLastStep``, while the operator's loop is alive;
+- serves Prometheus metrics on ``$ALPINEAGENTS_METRICS_PORT`` (default 9090; 0: off);
+- logs at ``ALPINEAGENTS_LOG_LEVEL`` (INFO, or DEBUG for kopf's own detail).
+
+It connects with in-cluster credentials inside a pod, else with ``$KUBECONFIG``. SIGTERM
+or Ctrl+C stops it cleanly; agent pods keep running and are adopted by the next start.
+"""
+
+from __future__ import annotations
+
+import os
+
+import kopf
+
+from .config import OperatorConfig
+
+
+def main() -> None:
+    """Start the operator and block until it is stopped."""
+    config = OperatorConfig.from_env()
+    level = os.environ.get("ALPINEAGENTS_LOG_LEVEL", "INFO").upper()
+    kopf.configure(verbose=level == "DEBUG", quiet=level in ("WARNING", "ERROR"))
+    from . import handlers  # registers the handlers with kopf's default registry
+
+    del handlers
+    kopf.run(
+        standalone=not config.peering,
+        peering_name=config.peering or None,
+        clusterwide=not config.namespaces,
+        namespaces=config.namespaces,
+        liveness_endpoint=(
+            f"http://0.0.0.0:{config.health_port}/healthz" if config.health_port else None
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()

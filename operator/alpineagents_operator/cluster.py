@@ -1,0 +1,188 @@
+"""The operator's few Kubernetes calls, on JSON dicts, with the official (sync) client.
+
+Every read here goes to the API server, not to a watch cache: a reconcile step looks at
+what is, including the pod it created a moment ago. The methods block; the reconciler
+calls them on worker threads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from .reconcile import RunEvent
+from .views import GROUP, JSON, KIND, PLURAL, RUN_LABEL, VERSION
+
+_log = logging.getLogger(__name__)
+_MERGE_PATCH = "application/merge-patch+json"
+_TIMEOUT = (10, 60)  # (connect, read) seconds: a hung API call must not stall a run forever
+COMPONENT = "alpineagents-operator"
+
+
+def api_client_from_environment() -> Any:
+    """A ``kubernetes.client.ApiClient``: in-cluster credentials inside a pod, else the
+    kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``)."""
+    from kubernetes import client
+    from kubernetes import config as _config
+
+    config: Any = _config  # its loaders are untyped
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return client.ApiClient(configuration)
+    return config.new_client_from_config()
+
+
+class Cluster:
+    """Reads and writes AgentRuns, their pods and Events."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self._api_client = api_client
+        self._core: Any = client.CoreV1Api(api_client)
+        self._custom: Any = client.CustomObjectsApi(api_client)
+        self._instance = socket.gethostname()
+
+    def close(self) -> None:
+        self._api_client.close()
+
+    # ------------------------------------------------------------------ AgentRuns
+    def get_run(self, namespace: str, name: str) -> JSON | None:
+        """The AgentRun, or None if there is none."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            body: JSON = self._custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=_TIMEOUT
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return body
+
+    def list_runs(self, namespace: str | None) -> list[JSON]:
+        """All AgentRuns in ``namespace`` (None: every namespace)."""
+        if namespace is None:
+            listing = self._custom.list_cluster_custom_object(
+                GROUP, VERSION, PLURAL, _request_timeout=_TIMEOUT
+            )
+        else:
+            listing = self._custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, _request_timeout=_TIMEOUT
+            )
+        return list(listing.get("items") or [])
+
+    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
+        """Merge-patch the AgentRun's status subresource; False if the run is gone.
+
+        A merge patch changes only the fields it names, so the operator never sends a
+        whole status it read earlier (and never clobbers a newer write).
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"status": dict(patch)},
+                _content_type=_MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=_TIMEOUT,
+            )
+            response.release_conn()
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    # ------------------------------------------------------------------ pods
+    def list_pods(self, namespace: str, run_name: str) -> list[JSON]:
+        """The pods labelled with ``run_name`` (of any owner)."""
+        response = self._core.list_namespaced_pod(
+            namespace,
+            label_selector=f"{RUN_LABEL}={run_name}",
+            _preload_content=False,
+            _request_timeout=_TIMEOUT,
+        )
+        try:
+            listing = json.loads(response.data)
+        finally:
+            response.release_conn()
+        return list(listing.get("items") or [])
+
+    def create_pod(self, manifest: Mapping[str, Any]) -> bool:
+        """Create a pod; False if one with that name exists already (it is adopted)."""
+        from kubernetes.client.exceptions import ApiException
+
+        namespace = manifest["metadata"]["namespace"]
+        try:
+            response = self._core.create_namespaced_pod(
+                namespace, dict(manifest), _preload_content=False, _request_timeout=_TIMEOUT
+            )
+            response.release_conn()
+        except ApiException as error:
+            if error.status == 409:
+                return False
+            raise
+        return True
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod gracefully (its own terminationGracePeriodSeconds); gone is fine."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._core.delete_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=_TIMEOUT
+            )
+            response.release_conn()
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    # ------------------------------------------------------------------ Events
+    def post_event(self, run: Mapping[str, Any], event: RunEvent) -> None:
+        """Post a core/v1 Event about the AgentRun ``run`` (its JSON body)."""
+        meta = run.get("metadata") or {}
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # core/v1 Events: seconds
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "generateName": f"{meta.get('name')}.",
+                "namespace": meta.get("namespace"),
+            },
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": f"{GROUP}/operator",
+            "reportingInstance": self._instance,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            response = self._core.create_namespaced_event(
+                meta.get("namespace"), body, _preload_content=False, _request_timeout=_TIMEOUT
+            )
+            response.release_conn()
+        except Exception as error:  # an Event is a courtesy: never fail a step for it
+            _log.warning("could not post Event %s on %s: %s", event.reason, meta.get("name"), error)

@@ -1,0 +1,106 @@
+"""The operator's configuration, read once from its environment.
+
+Every setting has an environment variable (the Helm chart sets them) and a default that
+works on a laptop against a kind cluster. Secrets are named, never read: the operator
+only puts ``secretKeyRef``s into the pods it creates, so a Secret named here must exist
+in each namespace where AgentRuns run.
+
+=====================================  ==============================================
+``ALPINEAGENTS_NAMESPACES``            comma-separated namespaces to watch (glob
+                                       patterns allowed); empty = the whole cluster
+``ALPINEAGENTS_IMAGE``                 runner image for pods whose AgentRun has no
+                                       ``spec.image``
+``ALPINEAGENTS_STORE``                 store URL for AgentRuns without ``spec.store``
+``ALPINEAGENTS_ANTHROPIC_SECRET``      Secret holding the model API key ("" = none)
+``ALPINEAGENTS_ANTHROPIC_SECRET_KEY``  its key (default ``ANTHROPIC_API_KEY``)
+``ALPINEAGENTS_STORE_SECRET``          Secret with the store's credentials ("" = none)
+``ALPINEAGENTS_STORE_ACCESS_KEY``      its key for AWS_ACCESS_KEY_ID
+``ALPINEAGENTS_STORE_SECRET_KEY``      its key for AWS_SECRET_ACCESS_KEY
+``ANTHROPIC_BASE_URL``                 passed on to pods when set
+``ALPINEAGENTS_POD_COMMAND``           JSON list, the pods' command
+``ALPINEAGENTS_RESYNC_SECONDS``        safety-net period: every run is reconciled at
+                                       least this often even if no event arrives
+``ALPINEAGENTS_METRICS_PORT``          Prometheus port (0 = no metrics server)
+``ALPINEAGENTS_HEALTH_PORT``           liveness endpoint port (0 = none)
+``ALPINEAGENTS_PEERING``               kopf peering name; empty (default) = standalone
+``ALPINEAGENTS_SERVICE_ACCOUNT``       default serviceAccountName for pods ("" = none)
+=====================================  ==============================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEFAULT_IMAGE = "ghcr.io/alpineagents/alpineagents:0.1.0"
+DEFAULT_STORE = "file:///var/lib/alpineagents/runs"
+DEFAULT_POD_COMMAND = ("python", "-m", "alpineagents", "run")
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """What the operator needs to know that is not in an AgentRun."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces (or glob patterns) to watch; empty means cluster-wide."""
+    image: str = DEFAULT_IMAGE
+    store: str = DEFAULT_STORE
+    anthropic_secret: str = "anthropic"
+    anthropic_secret_key: str = "ANTHROPIC_API_KEY"
+    store_secret: str = ""
+    store_access_key: str = "AWS_ACCESS_KEY_ID"
+    store_secret_key: str = "AWS_SECRET_ACCESS_KEY"
+    anthropic_base_url: str | None = None
+    pod_command: tuple[str, ...] = DEFAULT_POD_COMMAND
+    service_account: str = ""
+    resync_seconds: float = 30.0
+    metrics_port: int = 9090
+    health_port: int = 8080
+    peering: str = ""
+    """kopf peering name. Empty: run standalone (one operator replica; no KopfPeering
+    CRD needed). Set it when running several replicas so only one acts at a time."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
+        """Read the configuration from ``env`` (default ``os.environ``)."""
+        env = os.environ if env is None else env
+        defaults = cls()
+
+        def text(name: str, default: str) -> str:
+            return env.get(name, default).strip()
+
+        namespaces = tuple(
+            n.strip() for n in text("ALPINEAGENTS_NAMESPACES", "").split(",") if n.strip()
+        )
+        command_json = text("ALPINEAGENTS_POD_COMMAND", "")
+        command = defaults.pod_command
+        if command_json:
+            parsed = json.loads(command_json)
+            if not (
+                isinstance(parsed, list) and parsed and all(isinstance(p, str) for p in parsed)
+            ):
+                raise ValueError(
+                    f"ALPINEAGENTS_POD_COMMAND must be a JSON list of strings, got {command_json!r}"
+                )
+            command = tuple(parsed)
+        return cls(
+            namespaces=namespaces,
+            image=text("ALPINEAGENTS_IMAGE", defaults.image),
+            store=text("ALPINEAGENTS_STORE", defaults.store),
+            anthropic_secret=text("ALPINEAGENTS_ANTHROPIC_SECRET", defaults.anthropic_secret),
+            anthropic_secret_key=text(
+                "ALPINEAGENTS_ANTHROPIC_SECRET_KEY", defaults.anthropic_secret_key
+            ),
+            store_secret=text("ALPINEAGENTS_STORE_SECRET", defaults.store_secret),
+            store_access_key=text("ALPINEAGENTS_STORE_ACCESS_KEY", defaults.store_access_key),
+            store_secret_key=text("ALPINEAGENTS_STORE_SECRET_KEY", defaults.store_secret_key),
+            anthropic_base_url=text("ANTHROPIC_BASE_URL", "") or None,
+            pod_command=command,
+            service_account=text("ALPINEAGENTS_SERVICE_ACCOUNT", defaults.service_account),
+            resync_seconds=float(text("ALPINEAGENTS_RESYNC_SECONDS", str(defaults.resync_seconds))),
+            metrics_port=int(text("ALPINEAGENTS_METRICS_PORT", str(defaults.metrics_port))),
+            health_port=int(text("ALPINEAGENTS_HEALTH_PORT", str(defaults.health_port))),
+            peering=text("ALPINEAGENTS_PEERING", defaults.peering),
+        )

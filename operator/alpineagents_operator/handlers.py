@@ -1,0 +1,171 @@
+"""The kopf handlers: each one a few lines that hand an AgentRun to the :class:`Reconciler`.
+
+What triggers a reconcile step of a run:
+
+- ``@kopf.on.resume`` / ``on.create`` / ``on.update`` (spec changes: suspend, approvals)
+  of the AgentRun.
+- ``@kopf.on.event`` of any pod labelled ``alpineagents.dev/run`` (the watch is filtered
+  by that label on the server): the pod's run is reconciled. This is how a lost pod is
+  noticed within one watch event. No kopf finalizers or annotations are put on pods.
+- The DELETED event of an AgentRun, so its pods stop even without a garbage collector.
+- A resync loop every ``ALPINEAGENTS_RESYNC_SECONDS`` over all AgentRuns: the safety
+  net for a missed event. It is a plain background task rather than ``@kopf.timer``
+  because kopf puts a finalizer on every object that has a timer, and an AgentRun should
+  not need the operator to be running to be deleted.
+
+Deletion: ``@kopf.on.delete(optional=True)`` stops the pods gracefully when kopf sees
+the deletion; only an AgentRun with ``spec.onDelete: Delete`` gets a finalizer
+(``alpineagents.dev/delete-saved-state``), held until its pods have stopped and its
+saved State is deleted.
+
+Peering is off by default (``standalone``): run one replica. With several replicas set
+``ALPINEAGENTS_PEERING`` to a peering name (and install kopf's KopfPeering CRDs) so that
+only one of them handles objects at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from .cluster import Cluster, api_client_from_environment
+from .config import OperatorConfig
+from .metrics import OperatorMetrics
+from .reconciler import Reconciler
+from .views import GROUP, PLURAL, RUN_LABEL, VERSION
+
+_log = logging.getLogger(__name__)
+FINALIZER = f"{GROUP}/delete-saved-state"
+_KOPF_PREFIX = f"kopf.{GROUP}"
+
+
+@dataclass
+class _Running:
+    config: OperatorConfig
+    reconciler: Reconciler
+    resync: asyncio.Task[None]
+
+
+_running: _Running | None = None
+
+
+def _reconciler() -> Reconciler:
+    if _running is None:
+        raise kopf.TemporaryError("the operator is still starting", delay=1)
+    return _running.reconciler
+
+
+def _namespaced(namespace: str | None) -> str:
+    if not namespace:  # AgentRuns and pods are namespaced: kopf always passes one
+        raise kopf.PermanentError("a namespaced object arrived without a namespace")
+    return namespace
+
+
+def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    """Put the operator's kopf settings in place (called at startup)."""
+    # kopf posts its own log lines as Events from this level up; ours are posted explicitly.
+    settings.posting.level = logging.WARNING
+    # Watches end server-side before the client gives up on them, so a quiet watch is
+    # renewed cleanly instead of timing out as an error.
+    settings.watching.server_timeout = 270
+    settings.watching.client_timeout = 300
+    settings.watching.connect_timeout = 10
+    settings.watching.label_selectors["v1", "pods"] = RUN_LABEL
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=_KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=_KOPF_PREFIX, key="last-handled-configuration"
+    )
+    settings.peering.standalone = not config.peering
+    if config.peering:
+        settings.peering.name = config.peering
+        settings.peering.clusterwide = not config.namespaces
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
+    global _running
+    config = OperatorConfig.from_env()
+    apply_settings(settings, config)
+    metrics = OperatorMetrics()
+    if config.metrics_port:
+        metrics.serve(config.metrics_port)
+    cluster = Cluster(await asyncio.to_thread(api_client_from_environment))
+    reconciler = Reconciler(config, cluster, metrics)
+    resync = asyncio.create_task(_resync_forever(reconciler, config.resync_seconds))
+    _running = _Running(config, reconciler, resync)
+
+
+@kopf.on.cleanup()
+async def stop(**_: Any) -> None:
+    global _running
+    running, _running = _running, None
+    if running is None:
+        return
+    running.resync.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running.resync
+    running.reconciler.close()
+    running.reconciler.cluster.close()
+
+
+@kopf.on.probe(id="secondsSinceLastStep")
+def last_step(**_: Any) -> float | None:
+    """For the liveness endpoint: seconds since a reconcile step last finished."""
+    if _running is None or not _running.reconciler.last_step_at:
+        return None
+    return round(time.monotonic() - _running.reconciler.last_step_at, 3)
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL, backoff=2.0)
+@kopf.on.create(GROUP, VERSION, PLURAL, backoff=2.0)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=2.0)
+async def run_changed(namespace: str | None, name: str, **_: Any) -> None:
+    await _reconciler().reconcile(_namespaced(namespace), name)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def run_event(
+    event: kopf.RawEvent, namespace: str | None, name: str | None, **_: Any
+) -> None:
+    if event.get("type") == "DELETED" and name:
+        await _reconciler().reconcile(_namespaced(namespace), name)
+
+
+@kopf.on.event("v1", "pods", labels={RUN_LABEL: kopf.PRESENT})
+async def pod_changed(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
+    await _reconciler().reconcile(_namespaced(namespace), labels[RUN_LABEL])
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+async def run_deleted(namespace: str | None, name: str, **_: Any) -> None:
+    await _reconciler().stop_run(_namespaced(namespace), name)
+
+
+def _deletes_state(spec: kopf.Spec, **_: Any) -> bool:
+    return bool(spec.get("onDelete") == "Delete")
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, when=_deletes_state, backoff=1.0)
+async def delete_saved_state(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
+    reconciler = _reconciler()
+    remaining = await reconciler.stop_run(_namespaced(namespace), name)
+    if remaining:
+        # Its SIGTERM handler is saving; deleting the State under it would race that save.
+        raise kopf.TemporaryError(f"waiting for {remaining} pod(s) to stop", delay=1)
+    await reconciler.delete_saved_state(dict(body))
+
+
+async def _resync_forever(reconciler: Reconciler, period: float) -> None:
+    while True:
+        await asyncio.sleep(period)
+        try:
+            await reconciler.resync()
+        except Exception:  # the next round tries again; a crash here would end the net
+            _log.exception("resync failed")

@@ -1,0 +1,216 @@
+"""Carries out reconcile steps: read what is, :func:`decide`, do what it says.
+
+One :class:`Reconciler` serves the whole operator. Steps of one AgentRun never overlap
+(a lock per run), a request that arrives while another is already queued for the same
+run is dropped (the queued one reads everything afresh when it starts), and after a
+step that changed something the next step follows at once, so "pod lost" →
+"Interrupted" → (zero backoff) → "replacement created" happens within one call. Nothing
+here is the truth about a run: that is the AgentRun's status and the store. What this
+class keeps in memory (locks, timers, when a loss was seen) only makes it faster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from alpineagents import Store
+
+from . import store_view
+from .cluster import Cluster
+from .config import OperatorConfig
+from .metrics import OperatorMetrics
+from .pods import pod_manifest, store_url
+from .reconcile import Decision, decide
+from .views import JSON, AgentRunView, PodView, SavedView
+
+_log = logging.getLogger(__name__)
+_MAX_STEPS = 8  # per call; a healthy run converges in 3 (lost → Interrupted → resumed)
+
+RunKey = tuple[str, str]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Reconciler:
+    """Reconciles AgentRuns by key (namespace, name); safe to call from any handler."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        cluster: Cluster,
+        metrics: OperatorMetrics | None = None,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+        open_store: Callable[[str], Store] = store_view.open_store,
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.metrics = metrics or OperatorMetrics()
+        self._clock = clock
+        self._open_store = open_store
+        self._locks: dict[RunKey, asyncio.Lock] = {}
+        self._queued: set[RunKey] = set()
+        self._timers: dict[RunKey, tuple[float, asyncio.TimerHandle]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stores: dict[str, Store] = {}
+        self._due_at: dict[RunKey, float] = {}
+        """Monotonic time a replacement pod became due (for the resume-latency metric)."""
+        self.last_step_at = 0.0
+        """Monotonic time of the last finished step (the liveness probe reports it)."""
+
+    # ------------------------------------------------------------------ entry points
+    async def reconcile(self, namespace: str, name: str) -> None:
+        """Bring one AgentRun a few steps closer to what it asks for."""
+        key = (namespace, name)
+        if key in self._queued:
+            return  # a queued call will read the newest state anyway
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._queued.add(key)
+        try:
+            await lock.acquire()
+        finally:
+            self._queued.discard(key)
+        try:
+            for _ in range(_MAX_STEPS):
+                decision = await self._step(namespace, name)
+                if decision is None or not decision.acts:
+                    break
+                if decision.requeue_after is not None and decision.requeue_after > 0:
+                    break
+            else:
+                _log.warning("%s/%s: still changing after %d steps", namespace, name, _MAX_STEPS)
+                self.requeue(namespace, name, 1.0)
+        finally:
+            lock.release()
+            self.last_step_at = time.monotonic()
+
+    def requeue(self, namespace: str, name: str, delay: float) -> None:
+        """Reconcile the run again after ``delay`` seconds (keeps the soonest request)."""
+        key = (namespace, name)
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(0.0, delay)
+        pending = self._timers.get(key)
+        if pending is not None:
+            if pending[0] <= when:
+                return
+            pending[1].cancel()
+
+        def fire() -> None:
+            self._timers.pop(key, None)
+            task = loop.create_task(self.reconcile(namespace, name))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        self._timers[key] = (when, loop.call_at(when, fire))
+
+    async def resync(self) -> None:
+        """Reconcile every AgentRun in the watched namespaces (the safety net for events
+        that never came)."""
+        namespaces: list[str | None] = [
+            n for n in self.config.namespaces if not any(c in n for c in "*?[")
+        ] or [None]
+        for namespace in namespaces:
+            bodies = await asyncio.to_thread(self.cluster.list_runs, namespace)
+            for body in bodies:
+                meta = body.get("metadata") or {}
+                await self.reconcile(str(meta.get("namespace")), str(meta.get("name")))
+
+    def close(self) -> None:
+        for _, handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        for task in self._tasks:
+            task.cancel()
+
+    async def stop_run(self, namespace: str, name: str) -> int:
+        """Delete a deleted run's live pods gracefully; returns how many pods still
+        exist (the onDelete=Delete handler waits for 0 before deleting the State)."""
+        pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
+        remaining = 0
+        for raw in pods:
+            pod = PodView.from_pod(raw)
+            if pod.alive:
+                remaining += 1
+                if not pod.deleting:
+                    await asyncio.to_thread(self.cluster.delete_pod, namespace, pod.name)
+        return remaining
+
+    async def delete_saved_state(self, body: JSON) -> None:
+        """Delete the saved State of an AgentRun (``onDelete: Delete``)."""
+        run = AgentRunView.from_body(body)
+        store = self._store(store_url(run, self.config))
+        await asyncio.to_thread(store_view.delete_state, store, run.state_id)
+        _log.info("%s/%s: deleted saved State %s", run.namespace, run.name, run.state_id)
+
+    # ------------------------------------------------------------------ one step
+    async def _step(self, namespace: str, name: str) -> Decision | None:
+        body = await asyncio.to_thread(self.cluster.get_run, namespace, name)
+        if body is None:
+            # The AgentRun is gone: its pods must not run on (garbage collection does
+            # this too, where there is a controller-manager; this is quicker).
+            await self.stop_run(namespace, name)
+            self.metrics.record_phase(namespace, name, None)
+            self._due_at.pop((namespace, name), None)
+            return None
+        run = AgentRunView.from_body(body)
+        raw_pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
+        pods = [PodView.from_pod(p) for p in raw_pods]
+        decision = decide(run, pods, None, self._clock())
+        if decision.needs_saved:
+            saved = await self._read_saved(run)
+            decision = decide(run, pods, saved, self._clock())
+        await self._apply(run, body, decision)
+        return decision
+
+    async def _read_saved(self, run: AgentRunView) -> SavedView:
+        url = store_url(run, self.config)
+        try:
+            store = self._store(url)
+        except Exception as error:  # a bad URL: let the pod report it in its own words
+            return SavedView(exists=False, error=f"cannot open store {url!r}: {error}")
+        return await asyncio.to_thread(store_view.read_saved, store, run.state_id)
+
+    async def _apply(self, run: AgentRunView, body: JSON, decision: Decision) -> None:
+        key = (run.namespace, run.name)
+        if decision.note and decision.acts:
+            _log.info("%s/%s: %s", run.namespace, run.name, decision.note)
+        for pod_name in decision.delete_pods:
+            await asyncio.to_thread(self.cluster.delete_pod, run.namespace, pod_name)
+        if decision.claim_state:
+            store = self._store(store_url(run, self.config))
+            await asyncio.to_thread(store_view.claim, store, run.state_id)
+        if decision.create_pod is not None:
+            manifest = pod_manifest(run, decision.create_pod, self.config)
+            created = await asyncio.to_thread(self.cluster.create_pod, manifest)
+            if not created:
+                _log.info(
+                    "%s/%s: pod %s exists already: adopting it", *key, manifest["metadata"]["name"]
+                )
+            due = self._due_at.pop(key, None)
+            if due is not None and decision.create_pod > 1:
+                self.metrics.resume_latency.observe(max(0.0, time.monotonic() - due))
+        if decision.status:
+            await asyncio.to_thread(
+                self.cluster.patch_status, run.namespace, run.name, decision.status
+            )
+        for event in decision.events:
+            await asyncio.to_thread(self.cluster.post_event, body, event)
+        if decision.lost_reason is not None:
+            self.metrics.record_loss(decision.lost_reason)
+            self._due_at[key] = time.monotonic() + (decision.requeue_after or 0.0)
+        phase = decision.status.get("phase", run.status.phase)
+        self.metrics.record_phase(run.namespace, run.name, str(phase) if phase else None)
+        if decision.requeue_after is not None and decision.requeue_after > 0:
+            self.requeue(run.namespace, run.name, decision.requeue_after)
+
+    def _store(self, url: str) -> Store:
+        store = self._stores.get(url)
+        if store is None:
+            store = self._stores[url] = self._open_store(url)
+        return store

@@ -1,0 +1,105 @@
+"""What the operator reads from (and does to) a run's saved State.
+
+The operator opens the same store the pods write to (``alpineagents.store_url.open_store``
+with the operator's own credentials) for three things: to learn where a lost run
+stopped before replacing its pod (:func:`read_saved`), to fence the lost pod's writes
+before its successor starts (:func:`claim`), and to delete the State when an AgentRun
+with ``onDelete: Delete`` goes (:func:`delete_state`). These calls block; the operator
+runs them on worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from alpineagents import Record, Store
+
+from .views import PendingApproval, SavedView
+
+_log = logging.getLogger(__name__)
+
+
+class _Snapshot(Store):
+    """A store holding one record already read, so it is replayed without a second read."""
+
+    def __init__(self, record: Record) -> None:
+        self._record = record
+
+    def read(self, state_id: str) -> Record | None:
+        return self._record
+
+
+def saved_view(state_id: str, record: Record | None) -> SavedView:
+    """The :class:`SavedView` of a record as ``store.read`` returns it (None: no State).
+
+    Loading closes a turn the lost pod left open by appending entries; the tool calls
+    those entries close as "aborted" are the ones that were running when it was lost.
+    """
+    if record is None:
+        return SavedView(exists=False)
+    saved_count = len({int(entry["seq"]) for entry in record.entries})
+    try:
+        state = _Snapshot(record).load(state_id)
+    except (ValueError, LookupError) as error:
+        return SavedView(exists=True, error=str(error))
+    closing = state.history[saved_count:]
+    aborted = tuple(
+        str(entry.data.get("call_id"))
+        for entry in closing
+        if entry.kind == "tool_result" and entry.outcome == "aborted"
+    )
+    return SavedView(
+        exists=True,
+        last_saved_seq=saved_count - 1 if saved_count else None,
+        answer=state.answer,
+        stopped=state.stopped,
+        aborted_calls=aborted,
+        pending_approvals=tuple(
+            PendingApproval(call.id, call.name, dict(call.input))
+            for call in state.awaiting_approval
+        ),
+        turns=state.turns,
+        usage=dict(state.usage),
+    )
+
+
+def read_saved(store: Store, state_id: str) -> SavedView:
+    """Read one State from ``store``; a store that cannot be reached gives a SavedView
+    with ``error`` set instead of raising (the replacement pod then loads it itself)."""
+    try:
+        record = store.read(state_id)
+    except Exception as error:  # any store failure: report it, do not stop reconciling
+        _log.warning("could not read State %s: %s", state_id, error)
+        return SavedView(exists=False, error=f"{type(error).__name__}: {error}")
+    return saved_view(state_id, record)
+
+
+def claim(store: Store, state_id: str) -> bool:
+    """Fence earlier writers of ``state_id`` if the store supports it (MinioStore does).
+
+    Returns whether the store has a ``claim``. A failure is logged and not raised: the
+    replacement pod claims the State again when it starts.
+    """
+    method: Callable[[str], Any] | None = getattr(store, "claim", None)
+    if not callable(method):
+        return False
+    try:
+        method(state_id)
+    except Exception as error:  # fencing is best effort here; the runner claims too
+        _log.warning("could not claim State %s: %s", state_id, error)
+    return True
+
+
+def delete_state(store: Store, state_id: str) -> None:
+    """Delete one saved State (its entries and info); an unknown id does nothing."""
+    store.delete(state_id)
+
+
+def open_store(url: str) -> Store:
+    """Open the store at ``url`` with the operator's credentials (its environment)."""
+    from alpineagents.store_url import open_store as open_url
+
+    store: Store = open_url(url)
+    return store

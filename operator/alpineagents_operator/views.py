@@ -1,0 +1,382 @@
+"""Plain, typed views of what the operator looks at: an AgentRun, its pods, its saved State.
+
+The Kubernetes objects arrive as JSON dicts; these functions pick out the few facts the
+reconcile logic needs, so :func:`alpineagents_operator.reconcile.decide` works on small
+frozen dataclasses and never on the Kubernetes client's objects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+GROUP = "alpineagents.dev"
+VERSION = "v1"
+PLURAL = "agentruns"
+KIND = "AgentRun"
+RUN_LABEL = f"{GROUP}/run"
+ATTEMPT_LABEL = f"{GROUP}/attempt"
+STATE_ANNOTATION = f"{GROUP}/state-id"
+
+JSON = dict[str, Any]
+
+
+class Phase(StrEnum):
+    """``status.phase`` of an AgentRun."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    INTERRUPTED = "Interrupted"
+    WAITING_FOR_APPROVAL = "WaitingForApproval"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as Kubernetes writes it, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with milliseconds (sub-second backoffs need them)."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def state_id_for(namespace: str, name: str, uid: str) -> str:
+    """The saved State's id for one AgentRun.
+
+    The uid part keeps a new AgentRun from resuming the State of an earlier, deleted one
+    that had the same name.
+    """
+    return f"{namespace}.{name}.{uid[:8]}"
+
+
+def pod_name_for(run_name: str, attempt: int) -> str:
+    """Pod names carry the attempt, so a retried step finds (and adopts) its own pod."""
+    return f"{run_name}-{attempt}"
+
+
+# --------------------------------------------------------------------------- AgentRun
+@dataclass(frozen=True)
+class RestartPolicy:
+    """``spec.restartPolicy``: how often and how soon a lost pod is replaced."""
+
+    max_restarts: int = 5
+    initial_backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 60.0
+
+    def backoff(self, restart: int) -> float:
+        """Seconds to wait before restart number ``restart`` (1 for the first)."""
+        if restart < 1 or self.initial_backoff_seconds <= 0:
+            return 0.0
+        delay = self.initial_backoff_seconds * 2.0 ** (restart - 1)
+        return float(min(delay, self.max_backoff_seconds))
+
+    @classmethod
+    def from_spec(cls, raw: Any) -> RestartPolicy:
+        raw = raw if isinstance(raw, Mapping) else {}
+        defaults = cls()
+        return cls(
+            max_restarts=int(raw.get("maxRestarts", defaults.max_restarts)),
+            initial_backoff_seconds=float(
+                raw.get("initialBackoffSeconds", defaults.initial_backoff_seconds)
+            ),
+            max_backoff_seconds=float(raw.get("maxBackoffSeconds", defaults.max_backoff_seconds)),
+        )
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """A tool call that waits for a person's answer."""
+
+    call_id: str
+    name: str = ""
+    input: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_status(self) -> JSON:
+        return {"callId": self.call_id, "name": self.name, "input": dict(self.input)}
+
+    @classmethod
+    def parse_all(cls, raw: Any) -> tuple[PendingApproval, ...]:
+        if not isinstance(raw, list):
+            return ()
+        calls = []
+        for item in raw:
+            if isinstance(item, Mapping) and item.get("callId"):
+                call_input = item.get("input")
+                calls.append(
+                    cls(
+                        call_id=str(item["callId"]),
+                        name=str(item.get("name") or ""),
+                        input=dict(call_input) if isinstance(call_input, Mapping) else {},
+                    )
+                )
+        return tuple(calls)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """The parts of ``status`` the reconcile logic reads (the rest is only written)."""
+
+    phase: Phase | None = None
+    attempt: int = 0
+    pod: str | None = None
+    state_id: str | None = None
+    restarts: int = 0
+    next_attempt_at: datetime | None = None
+    pending_approvals: tuple[PendingApproval, ...] = ()
+    aborted_calls: tuple[str, ...] = ()
+    started_at: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    """The whole status as read, to compare new values against."""
+
+    @classmethod
+    def from_status(cls, raw: Any) -> RunStatus:
+        raw = dict(raw) if isinstance(raw, Mapping) else {}
+        phase_text = raw.get("phase")
+        try:
+            phase = Phase(phase_text) if phase_text else None
+        except ValueError:
+            phase = None
+        aborted = raw.get("abortedCalls")
+        return cls(
+            phase=phase,
+            attempt=int(raw.get("attempt") or 0),
+            pod=raw.get("pod") or None,
+            state_id=raw.get("stateId") or None,
+            restarts=int(raw.get("restarts") or 0),
+            next_attempt_at=parse_time(raw.get("nextAttemptAt")),
+            pending_approvals=PendingApproval.parse_all(raw.get("pendingApprovals")),
+            aborted_calls=tuple(str(a) for a in aborted) if isinstance(aborted, list) else (),
+            started_at=raw.get("startedAt") or None,
+            raw=raw,
+        )
+
+
+@dataclass(frozen=True)
+class AgentRunView:
+    """One AgentRun: identity, the spec fields that steer reconciling, and its status."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    spec: Mapping[str, Any]
+    status: RunStatus
+    deleting: bool = False
+
+    @property
+    def suspend(self) -> bool:
+        return bool(self.spec.get("suspend", False))
+
+    @property
+    def restart_policy(self) -> RestartPolicy:
+        return RestartPolicy.from_spec(self.spec.get("restartPolicy"))
+
+    @property
+    def approved_call_ids(self) -> frozenset[str]:
+        """Call ids that ``spec.approvals`` answers (allowed or refused)."""
+        approvals = self.spec.get("approvals")
+        if not isinstance(approvals, list):
+            return frozenset()
+        return frozenset(
+            str(a["callId"]) for a in approvals if isinstance(a, Mapping) and a.get("callId")
+        )
+
+    @property
+    def state_id(self) -> str:
+        return self.status.state_id or state_id_for(self.namespace, self.name, self.uid)
+
+    @property
+    def delete_saved_state(self) -> bool:
+        return str(self.spec.get("onDelete", "Keep")) == "Delete"
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> AgentRunView:
+        meta = body.get("metadata") or {}
+        return cls(
+            namespace=str(meta.get("namespace") or "default"),
+            name=str(meta["name"]),
+            uid=str(meta.get("uid") or ""),
+            generation=int(meta.get("generation") or 0),
+            spec=dict(body.get("spec") or {}),
+            status=RunStatus.from_status(body.get("status")),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+
+# --------------------------------------------------------------------------- pods
+@dataclass(frozen=True)
+class TerminationReport:
+    """The runner's termination message (one JSON object, see /tmp/api.md)."""
+
+    outcome: str
+    state_id: str | None = None
+    last_saved_seq: int | None = None
+    turns: int | None = None
+    usage: Mapping[str, int] | None = None
+    answer: str | None = None
+    error: str | None = None
+    pending_approvals: tuple[PendingApproval, ...] = ()
+    aborted: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> TerminationReport | None:
+        """The report in a termination message, or None if it holds something else
+        (such as the log tail kept by ``FallbackToLogsOnError`` after a crash)."""
+        try:
+            raw = json.loads(text)
+        except (ValueError, TypeError):
+            return None
+        if not isinstance(raw, dict) or not isinstance(raw.get("outcome"), str):
+            return None
+        seq = raw.get("lastSavedSeq")
+        turns = raw.get("turns")
+        usage = raw.get("usage")
+        aborted = raw.get("aborted")
+        return cls(
+            outcome=raw["outcome"],
+            state_id=raw.get("stateId") if isinstance(raw.get("stateId"), str) else None,
+            last_saved_seq=seq if isinstance(seq, int) else None,
+            turns=turns if isinstance(turns, int) else None,
+            usage=(
+                {k: int(v) for k, v in usage.items() if isinstance(v, int)}
+                if isinstance(usage, dict)
+                else None
+            ),
+            answer=raw.get("answer") if isinstance(raw.get("answer"), str) else None,
+            error=raw.get("error") if isinstance(raw.get("error"), str) else None,
+            pending_approvals=PendingApproval.parse_all(raw.get("pendingApprovals")),
+            aborted=tuple(str(a) for a in aborted) if isinstance(aborted, list) else (),
+        )
+
+
+@dataclass(frozen=True)
+class ContainerExit:
+    """How the agent container ended (``state.terminated``)."""
+
+    code: int
+    reason: str = ""
+    message: str = ""
+    report: TerminationReport | None = None
+
+
+@dataclass(frozen=True)
+class PodView:
+    """One pod of a run, as far as reconciling cares."""
+
+    name: str
+    uid: str = ""
+    owner_uid: str | None = None
+    attempt: int | None = None
+    phase: str = "Pending"
+    reason: str | None = None
+    """``status.reason`` of the pod: "Evicted", "NodeLost", ..."""
+    message: str | None = None
+    deleting: bool = False
+    deletion_deadline: datetime | None = None
+    """``metadata.deletionTimestamp``: when the kubelet should have removed it."""
+    running: bool = False
+    waiting_reason: str | None = None
+    waiting_message: str | None = None
+    exit: ContainerExit | None = None
+    disruption: str | None = None
+    """Reason of a True ``DisruptionTarget`` condition (eviction, PodGC after node loss)."""
+    unschedulable: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        """No process of this pod runs, or ever will again."""
+        return self.exit is not None or self.phase in ("Succeeded", "Failed")
+
+    @property
+    def alive(self) -> bool:
+        return not self.finished
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any], container: str = "agent") -> PodView:
+        meta = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        labels = meta.get("labels") or {}
+        owner_uid = None
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(GROUP + "/"):
+                owner_uid = str(ref.get("uid") or "")
+        attempt_text = str(labels.get(ATTEMPT_LABEL, ""))
+        statuses: Sequence[Mapping[str, Any]] = status.get("containerStatuses") or []
+        chosen: Mapping[str, Any] = next(
+            (s for s in statuses if s.get("name") == container), statuses[0] if statuses else {}
+        )
+        state = chosen.get("state") or {}
+        exit_info = None
+        terminated = state.get("terminated")
+        if isinstance(terminated, Mapping):
+            message = str(terminated.get("message") or "")
+            exit_info = ContainerExit(
+                code=int(terminated.get("exitCode") or 0),
+                reason=str(terminated.get("reason") or ""),
+                message=message,
+                report=TerminationReport.parse(message) if message else None,
+            )
+        waiting = state.get("waiting") if isinstance(state.get("waiting"), Mapping) else None
+        disruption = None
+        unschedulable = None
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+                disruption = str(condition.get("reason") or "DisruptionTarget")
+            if (
+                condition.get("type") == "PodScheduled"
+                and condition.get("status") == "False"
+                and condition.get("reason") == "Unschedulable"
+            ):
+                unschedulable = str(condition.get("message") or "Unschedulable")
+        return cls(
+            name=str(meta.get("name")),
+            uid=str(meta.get("uid") or ""),
+            owner_uid=owner_uid,
+            attempt=int(attempt_text) if attempt_text.isdigit() else None,
+            phase=str(status.get("phase") or "Pending"),
+            reason=status.get("reason") or None,
+            message=status.get("message") or None,
+            deleting=bool(meta.get("deletionTimestamp")),
+            deletion_deadline=parse_time(meta.get("deletionTimestamp")),
+            running=isinstance(state.get("running"), Mapping),
+            waiting_reason=(str(waiting.get("reason") or "") or None) if waiting else None,
+            waiting_message=(str(waiting.get("message") or "") or None) if waiting else None,
+            exit=exit_info,
+            disruption=disruption,
+            unschedulable=unschedulable,
+        )
+
+
+# --------------------------------------------------------------------------- saved State
+@dataclass(frozen=True)
+class SavedView:
+    """What the store says about a run's saved State (read with ``store.load``)."""
+
+    exists: bool
+    last_saved_seq: int | None = None
+    """Seq of the last entry the store holds (None: nothing saved)."""
+    answer: str | None = None
+    stopped: str | None = None
+    aborted_calls: tuple[str, ...] = ()
+    """Calls that loading closed as "aborted": they were running when the pod was lost."""
+    pending_approvals: tuple[PendingApproval, ...] = ()
+    turns: int = 0
+    usage: Mapping[str, int] = field(default_factory=dict)
+    error: str | None = None
+    """Why the store could not be read (the other fields are then unknown)."""
