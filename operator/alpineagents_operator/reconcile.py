@@ -326,7 +326,7 @@ class _Step:
             if report.turns is not None:
                 facts["turns"] = report.turns
             if report.usage is not None:
-                facts["usage"] = dict(report.usage)
+                facts["usage"] = _usage(report.usage)
         if outcome.kind == "answered":
             answer = report.answer if report else None
             if answer is None:
@@ -641,7 +641,7 @@ class _Step:
         saved = self.saved
         if saved is None or not saved.exists or saved.error is not None:
             return {}
-        facts: JSON = {"turns": saved.turns, "usage": dict(saved.usage)}
+        facts: JSON = {"turns": saved.turns, "usage": _usage(saved.usage)}
         if saved.last_saved_seq is not None:
             facts["lastSavedSeq"] = saved.last_saved_seq
         return facts
@@ -738,6 +738,14 @@ def _outcome(pod: PodView) -> _Outcome:
         return _Outcome("lost", "Killed", f"pod {name} was killed (SIGKILL, exit 137)")
     error = (report.error if report else None) or _tail(exit_info.message) or "no message"
     return _Outcome("lost", "Error", f"pod {name} exited {code}: {error}")
+
+
+def _usage(usage: Mapping[str, int]) -> JSON:
+    # The runtime counts in the Messages API's snake_case; status fields are camelCase.
+    return {
+        "inputTokens": int(usage.get("input_tokens", 0)),
+        "outputTokens": int(usage.get("output_tokens", 0)),
+    }
 
 
 def _tail(text: str, limit: int = 600) -> str:
