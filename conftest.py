@@ -5,4 +5,5 @@ pytest_plugins: list[str] = [
     "tests.bench.control_plane",
     "tests.bench.pod_runner",
     "tests.bench.model",
+    "tests.bench.runner_process",
 ]

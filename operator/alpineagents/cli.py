@@ -1,0 +1,255 @@
+"""``alpineagents``: run, resume and inspect agent runs from a shell.
+
+``run [FILE.yaml]`` runs or resumes an AgentRun (in a pod: the spec comes from
+``ALPINEAGENTS_SPEC``); ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
+what a store holds. Each command is a few lines over :mod:`alpineagents.runner`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .runner import (
+    ExitCode,
+    LogFormat,
+    ProgressLog,
+    SpecError,
+    StoreUnavailable,
+    open_run_store,
+    run_agent_run,
+)
+from .state import Entry, error_text
+from .store import Record, Store
+
+TAIL_INTERVAL = 0.5  # seconds between two reads of a followed State
+
+
+class CommandError(Exception):
+    """A user mistake or an unreachable store: one line on stderr and an exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``alpineagents`` command line; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        code: int = args.command(args)
+        return code
+    except CommandError as error:
+        print(f"alpineagents: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def run(args: argparse.Namespace) -> int:
+    """``run [FILE] [--store URL] [--id ID] [--offline]``: run or resume, showing progress."""
+    log = ProgressLog(sys.stderr, format=_log_format(args))
+    with _offline_model() if args.offline else contextlib.nullcontext():
+        result = run_agent_run(args.file, store_url=args.store, state_id=args.id, log=log)
+    if result.answer is not None:
+        print(result.answer)
+    return result.exit_code
+
+
+def list_states(args: argparse.Namespace) -> int:
+    """``list``: every saved State, most recently updated first."""
+    store = _store(args)
+    infos = _reading(store, store.list)
+    if not infos:
+        print(f"no saved States in {store!r}", file=sys.stderr)
+        return 0
+    width = max(len(info.id) for info in infos)
+    for info in infos:
+        updated = (
+            info.updated_at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if info.updated_at else "-"
+        )
+        status = info.stopped or "open"
+        first = (info.first_message or "").replace("\n", " ")[:60]
+        print(f"{info.id:<{width}}  {updated}  {status:<20}  {info.entries:>5} entries  {first}")
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    """``show ID``: the State's history, one line per entry."""
+    store = _store(args)
+    record = _record(store, args.id)
+    info = record.info
+    usage = info.get("usage") or {}
+    print(
+        f"{args.id}: {info.get('entries', len(record.entries))} entries, "
+        f"{info.get('stopped') or 'open'}, turns {info.get('turns', 0)}, "
+        f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}"
+    )
+    log = ProgressLog(sys.stdout, format=_log_format(args), show_seq=True)
+    for entry in _entries(record):
+        log.entry(args.id, entry)
+    return 0
+
+
+def tail(args: argparse.Namespace) -> int:
+    """``tail ID``: print the last entries, then new ones until the State stops (or Ctrl+C)."""
+    store = _store(args)
+    record = _record(store, args.id)
+    log = ProgressLog(sys.stdout, format=_log_format(args), show_seq=True)
+    entries = _entries(record)
+    shown = len(entries)
+    for entry in entries[max(0, shown - args.lines) :]:
+        log.entry(args.id, entry)
+    while record.info.get("stopped") is None:
+        time.sleep(args.interval)
+        latest = _reading(store, lambda: store.read(args.id))
+        if latest is None:
+            raise CommandError(f"State {args.id!r} was deleted")
+        record = latest
+        for entry in _entries(record)[shown:]:
+            log.entry(args.id, entry)
+            shown = entry.seq + 1
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    """``delete ID``: delete one saved State (not its subagents)."""
+    store = _store(args)
+    _record(store, args.id)
+    _reading(store, lambda: store.delete(args.id))
+    print(f"deleted {args.id} from {store!r}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------- internals
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="alpineagents", description="Durable LLM agent runs: run, resume and inspect them."
+    )
+    commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store",
+        metavar="URL",
+        help="where States are saved: a folder, file:///path or s3://bucket/prefix?endpoint=host:port "
+        "(default: $ALPINEAGENTS_STORE, else ./.agent-runs)",
+    )
+    common.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="text lines, or one JSON object per line (default: $ALPINEAGENTS_LOG_FORMAT, else text)",
+    )
+
+    command = commands.add_parser("run", parents=[common], help="run or resume an AgentRun")
+    command.add_argument(
+        "file",
+        nargs="?",
+        metavar="FILE.yaml",
+        help="AgentRun manifest (default: $ALPINEAGENTS_SPEC)",
+    )
+    command.add_argument(
+        "--id", help="State id (default: $ALPINEAGENTS_STATE_ID, else metadata.name)"
+    )
+    command.add_argument(
+        "--offline",
+        action="store_true",
+        help="answer with the scripted echo model on a local port (no API key needed)",
+    )
+    command.set_defaults(command=run)
+
+    command = commands.add_parser("list", parents=[common], help="list saved States")
+    command.set_defaults(command=list_states)
+
+    command = commands.add_parser("show", parents=[common], help="show a State's history")
+    command.add_argument("id", metavar="ID")
+    command.set_defaults(command=show)
+
+    command = commands.add_parser("tail", parents=[common], help="follow a running State")
+    command.add_argument("id", metavar="ID")
+    command.add_argument(
+        "-n", "--lines", type=int, default=10, help="entries to show first (default 10)"
+    )
+    command.add_argument(
+        "--interval", type=float, default=TAIL_INTERVAL, help="seconds between reads (default 0.5)"
+    )
+    command.set_defaults(command=tail)
+
+    command = commands.add_parser("delete", parents=[common], help="delete a saved State")
+    command.add_argument("id", metavar="ID")
+    command.set_defaults(command=delete)
+    return parser
+
+
+def _log_format(args: argparse.Namespace) -> LogFormat:
+    chosen = args.log_format or os.environ.get("ALPINEAGENTS_LOG_FORMAT") or "text"
+    if chosen not in ("text", "json"):
+        raise CommandError(
+            f"ALPINEAGENTS_LOG_FORMAT: must be text or json, not {chosen!r}", ExitCode.NOT_RETRYABLE
+        )
+    return "json" if chosen == "json" else "text"
+
+
+def _store(args: argparse.Namespace) -> Store:
+    try:
+        return open_run_store(args.store)
+    except SpecError as error:
+        raise CommandError(str(error), ExitCode.NOT_RETRYABLE) from None
+    except StoreUnavailable as error:
+        raise CommandError(str(error), ExitCode.RETRYABLE) from None
+
+
+def _reading(store: Store, call: Any) -> Any:
+    try:
+        return call()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except ValueError as error:
+        raise CommandError(error_text(error), ExitCode.NOT_RETRYABLE) from None
+    except Exception as error:
+        raise CommandError(
+            f"store unavailable: {store!r}: {error_text(error)}", ExitCode.RETRYABLE
+        ) from None
+
+
+def _record(store: Store, state_id: str) -> Record:
+    record: Record | None = _reading(store, lambda: store.read(state_id))
+    if record is None:
+        raise CommandError(
+            f"no saved State {state_id!r} in {store!r} (alpineagents list shows the saved ones)"
+        )
+    return record
+
+
+def _entries(record: Record) -> list[Entry]:
+    by_seq = {int(raw["seq"]): raw for raw in record.entries}
+    return [Entry.from_dict(by_seq[seq]) for seq in sorted(by_seq)]
+
+
+@contextlib.contextmanager
+def _offline_model() -> Iterator[None]:
+    """The scripted echo model on a loopback port, and the client pointed at it."""
+    from .testing import ModelServer
+
+    names = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+    saved = {name: os.environ.get(name) for name in names}
+    with ModelServer(echo=True) as server:
+        os.environ.pop("ANTHROPIC_AUTH_TOKEN", None)
+        os.environ.update(server.env)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value

@@ -1,0 +1,281 @@
+"""The ``alpineagents`` command line as a user types it: real processes and stores."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alpineagents import FileStore
+from alpineagents.runner import ExitCode
+from alpineagents.testing import ModelServer, hold, reply, tool_use
+from tests.bench.infra import free_port
+from tests.bench.runner_process import (
+    BLOCKING,
+    DEADLINE,
+    REPO,
+    RunnerProcess,
+    Workspace,
+    child_env,
+    tool_results,
+    wait_for_file,
+)
+
+
+def cli(
+    *args: str, workdir: Path, env: dict[str, str], runners: list[RunnerProcess]
+) -> RunnerProcess:
+    """``python -m alpineagents ARGS``, run to its end."""
+    process = RunnerProcess(list(args), workdir=workdir, env=env)
+    runners.append(process)
+    process.wait()
+    return process
+
+
+# ---------------------------------------------------------------------------- run
+
+
+def test_the_offline_demo_runs_hello_yaml_to_an_answer(
+    tmp_path: Path, runners: list[RunnerProcess]
+) -> None:
+    command = shutil.which("alpineagents")
+    assert command is not None, "pip install -e . installs the alpineagents command"
+    env = child_env(None)
+    store = str(tmp_path / "runs")
+    args = [command, "run", "examples/hello.yaml", "--offline", "--store", store]
+    first = subprocess.run(
+        args, cwd=REPO, env=env, capture_output=True, text=True, timeout=DEADLINE
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("read_file returned: # The smallest AgentRun.")
+    assert " tool read_file ok " in first.stderr
+    assert first.stderr.splitlines()[-1].endswith("exit answered (exit 0)")
+
+    again = subprocess.run(
+        args, cwd=REPO, env=env, capture_output=True, text=True, timeout=DEADLINE
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+    assert " resume hello at seq 7 (answered, 2 turns)" in again.stderr
+
+
+def test_ctrl_c_stops_cleanly_and_a_second_run_resumes(
+    workspace: Workspace, model_server: ModelServer, leftover_commands: list[int]
+) -> None:
+    model_server.add(reply(tool_use("shell", {"command": BLOCKING}, id="toolu_long")))
+    manifest = workspace.manifest(prompt="Run it.", tools=["shell"])
+    runner = workspace.start(manifest)
+    leftover_commands.append(int(wait_for_file(workspace.work / "started")))
+    runner.signal(signal.SIGINT)
+    assert runner.wait() == ExitCode.INTERRUPTED == 130
+    assert runner.message["outcome"] == "stopped"
+    assert "Traceback" not in runner.stderr
+    (result,) = tool_results(workspace.store.load("job"))
+    assert result.text == "(aborted: KeyboardInterrupt)"
+
+    model_server.add(reply("Stopped by you; not running it again."))
+    again = workspace.run(manifest)
+    assert again.process.returncode == 0, again.stderr
+    assert again.stdout.strip() == "Stopped by you; not running it again."
+
+
+# ---------------------------------------------------------------------------- list, show, tail, delete
+
+
+def test_list_show_and_delete_a_file_store(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess]
+) -> None:
+    model_server.add(reply(tool_use("shell", {"command": "echo hi"})), reply("First done."))
+    assert (
+        workspace.run(
+            workspace.manifest("first", prompt="One.", tools=["shell"])
+        ).process.returncode
+        == 0
+    )
+    model_server.add(reply(tool_use("shell", {"command": "true"}, id="toolu_w")))
+    spec: dict[str, Any] = {"prompt": "Two.", "tools": ["shell"], "requireApproval": ["shell"]}
+    assert workspace.run(workspace.manifest("second", **spec)).process.returncode == 76
+
+    store = f"file://{workspace.runs}"
+    env = child_env(None)
+    listed = cli("list", "--store", store, workdir=workspace.work, env=env, runners=runners)
+    assert listed.process.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    assert [(r[0], r[3]) for r in rows] == [
+        ("second", "waiting_for_approval"),
+        ("first", "answered"),
+    ]
+
+    shown = cli("show", "first", "--store", store, workdir=workspace.work, env=env, runners=runners)
+    assert shown.process.returncode == 0, shown.stderr
+    header, *lines = shown.stdout.splitlines()
+    assert header.startswith("first: 7 entries, answered, turns 2")
+    assert [line.split()[0] for line in lines] == [str(n) for n in range(7)]
+    assert lines[3].split(maxsplit=2)[2].startswith("tool shell ok exit code 0 hi")
+    assert lines[-1].endswith("stop answered")
+
+    as_json = cli(
+        "show", "first", "--store", store, "--log-format", "json",
+        workdir=workspace.work, env=env, runners=runners,
+    )  # fmt: skip
+    entries = [json.loads(line) for line in as_json.stdout.splitlines()[1:]]
+    assert [e["seq"] for e in entries] == list(range(7))
+    assert entries[3]["outcome"] == "ok"
+
+    deleted = cli(
+        "delete", "first", "--store", store, workdir=workspace.work, env=env, runners=runners
+    )
+    assert deleted.process.returncode == 0, deleted.stderr
+    assert FileStore(workspace.runs).read("first") is None
+    assert [s.id for s in FileStore(workspace.runs).list()] == ["second"]
+
+
+def test_tail_follows_a_running_state_until_it_stops(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess]
+) -> None:
+    model_server.add(hold(reply("Finally.")))
+    run = workspace.start(workspace.manifest(prompt="Take your time."))
+    model_server.wait_for_requests(1)  # the request is saved before it is sent
+
+    tail = RunnerProcess(
+        ["tail", "job", "--store", str(workspace.runs), "--interval", "0.05"],
+        workdir=workspace.work,
+        env=child_env(None),
+    )
+    runners.append(tail)
+    assert tail.process.stdout is not None
+    seen = [tail.process.stdout.readline() for _ in range(2)]
+    assert "message user: Take your time." in seen[0]
+    assert "think asking claude-sonnet-5" in seen[1]
+    assert tail.process.poll() is None  # still following
+
+    model_server.release()
+    assert tail.wait() == 0, tail.stderr
+    rest = tail.stdout.splitlines()
+    assert rest[0].split(maxsplit=2)[2] == "think claude-sonnet-5: Finally."
+    assert rest[-1].endswith("stop answered")
+    assert run.wait() == 0
+
+
+def test_tail_of_a_stopped_state_prints_its_last_entries_and_exits(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess]
+) -> None:
+    model_server.add(reply("Done."))
+    assert workspace.run(workspace.manifest(prompt="Hi.")).process.returncode == 0
+    tail = cli(
+        "tail", "job", "-n", "2", "--store", str(workspace.runs),
+        workdir=workspace.work, env=child_env(None), runners=runners,
+    )  # fmt: skip
+    assert tail.process.returncode == 0
+    assert [line.split()[0] for line in tail.stdout.splitlines()] == ["2", "3"]
+
+
+# ---------------------------------------------------------------------------- mistakes
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "expected"),
+    [
+        (["run", "bad.yaml"], 65, "bad.yaml: not valid YAML: expected ',' or ']', but got '<stream end>' (line 5, column 1)"),
+        (["run", "missing.yaml"], 65, "missing.yaml: cannot read it: No such file or directory"),
+        (["run", "ok.yaml"], 65, "ANTHROPIC_API_KEY is not set: export your API key, or run with --offline"),
+        (["run", "ok.yaml", "--store", "ftp://somewhere/runs"], 65, "store: ftp://somewhere/runs: "),
+        (["list", "--store", "ftp://somewhere/runs"], 65, "alpineagents: store: ftp://somewhere/runs: "),
+        (["show", "nope"], 1, "alpineagents: no saved State 'nope' in FileStore("),
+        (["tail", "nope"], 1, "alpineagents: no saved State 'nope' in FileStore("),
+        (["delete", "nope"], 1, "alpineagents: no saved State 'nope' in FileStore("),
+    ],
+)  # fmt: skip
+def test_a_user_mistake_is_one_line_on_stderr(
+    tmp_path: Path, runners: list[RunnerProcess], args: list[str], code: int, expected: str
+) -> None:
+    (tmp_path / "bad.yaml").write_text(
+        "apiVersion: alpineagents.dev/v1\nkind: AgentRun\nspec:\n  tools: [shell\n"
+    )
+    (tmp_path / "ok.yaml").write_text(
+        "apiVersion: alpineagents.dev/v1\nkind: AgentRun\nmetadata: {name: ok}\n"
+        "spec: {model: claude-sonnet-5, prompt: hi}\n"
+    )
+    result = cli(*args, workdir=tmp_path, env=child_env(None), runners=runners)
+    assert result.process.returncode == code
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert result.stdout == ""
+
+
+def test_python_dash_m_is_the_same_command(tmp_path: Path) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "alpineagents", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    assert shown.returncode == 0
+    for command in ("run", "list", "show", "tail", "delete"):
+        assert command in shown.stdout
+
+
+# ---------------------------------------------------------------------------- S3
+
+
+def test_run_list_show_tail_and_delete_on_s3(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess], minio: Any
+) -> None:
+    url = f"s3://{minio.bucket}/{minio.unique_prefix()}?endpoint={minio.endpoint}&secure=false"
+    credentials = {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key}
+    model_server.add(reply(tool_use("shell", {"command": "echo on s3"})), reply("Saved in S3."))
+    run = RunnerProcess(
+        ["run", workspace.manifest(prompt="Go.", tools=["shell"]), "--store", url],
+        workdir=workspace.work,
+        env=child_env(model_server, **credentials),
+    )
+    runners.append(run)
+    assert run.wait() == 0, run.stderr
+    assert run.stdout.strip() == "Saved in S3."
+
+    env = child_env(None, **credentials)
+    listed = cli("list", "--store", url, workdir=workspace.work, env=env, runners=runners)
+    assert listed.process.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["job"]
+    shown = cli("show", "job", "--store", url, workdir=workspace.work, env=env, runners=runners)
+    assert "tool shell ok exit code 0 on s3" in shown.stdout
+    tail = cli("tail", "job", "--store", url, workdir=workspace.work, env=env, runners=runners)
+    assert tail.stdout.splitlines()[-1].endswith("stop answered")
+
+    again = RunnerProcess(
+        ["run", workspace.manifest(prompt="Go.", tools=["shell"]), "--store", url],
+        workdir=workspace.work,
+        env=child_env(model_server, **credentials),
+    )
+    runners.append(again)
+    asked = len(model_server.requests)
+    assert again.wait() == 0
+    assert len(model_server.requests) == asked
+
+    deleted = cli("delete", "job", "--store", url, workdir=workspace.work, env=env, runners=runners)
+    assert deleted.process.returncode == 0, deleted.stderr
+    gone = cli("show", "job", "--store", url, workdir=workspace.work, env=env, runners=runners)
+    assert gone.process.returncode == 1
+
+
+def test_an_s3_store_that_does_not_answer_exits_75(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess], minio: Any
+) -> None:
+    url = f"s3://{minio.bucket}/x?endpoint=127.0.0.1:{free_port()}&secure=false"
+    credentials = {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key}
+    run = RunnerProcess(
+        ["run", workspace.manifest(prompt="Go."), "--store", url],
+        workdir=workspace.work,
+        env=child_env(model_server, **credentials),
+    )
+    runners.append(run)
+    assert run.wait() == ExitCode.RETRYABLE, run.stderr
+    assert run.message["error"].startswith("store unavailable: ")
+    assert model_server.requests == []
