@@ -6,4 +6,5 @@ pytest_plugins: list[str] = [
     "tests.bench.pod_runner",
     "tests.bench.model",
     "tests.bench.runner_process",
+    "tests.bench.stores",
 ]

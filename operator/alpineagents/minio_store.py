@@ -143,6 +143,7 @@ _LAYOUT = 1
 _SEGMENT = re.compile(r"(\d{12})-(\d{12})-(\d{10})\.jsonl")
 _MERGE_GROWTH = 2.0  # an older segment joins a merge while at most this times the merged size
 _FETCH_THREADS = 8
+_MIN_PART = 5 << 20  # S3's smallest multipart part; minio's put_object needs at least this
 _READ_ATTEMPTS = 3  # a read re-lists when a merge deletes a segment under it
 _TRANSIENT_CODES = {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"}
 
@@ -421,7 +422,7 @@ class MinioStore(Store):
                 if state_id and encode_id(state_id) == name:  # skip folders not made by us
                     ids[state_id] = folder
         docs = self._in_parallel(
-            [functools.partial(self._get_info, folder, deadline) for folder in ids.values()]
+            [functools.partial(self._listed_info, folder, deadline) for folder in ids.values()]
         )
         infos = []
         for state_id, got in zip(ids, docs, strict=True):
@@ -589,8 +590,11 @@ class MinioStore(Store):
     def _merge_quietly(self, state_id: str, held: _Held) -> None:
         try:
             self._merge(state_id, held, time.monotonic() + self.retry_budget)
-        except Exception as error:  # the save itself succeeded; the next one merges
+        except Exception as error:  # the save itself succeeded; a later one merges
             _log.warning("merging the segments of %r in %r failed: %s", state_id, self, error)
+            # Not at every save: a merge that cannot work (no delete permission, say)
+            # would add three requests to each.
+            held.merge_at = int(held.doc.get("segments", 0)) + self.merge_after // 2
 
     def _merge(self, state_id: str, held: _Held, deadline: float) -> None:
         folder = self._folder(state_id)
@@ -672,6 +676,13 @@ class MinioStore(Store):
                         f"creating it failed: {error.code}: {error.message}"
                     ) from error
         self._bucket_ready = True
+
+    def _listed_info(self, folder: str, deadline: float) -> tuple[dict[str, Any], str] | None:
+        try:
+            return self._get_info(folder, deadline)
+        except ValueError as error:  # one damaged State does not hide the others
+            _log.warning("list() skips %s: %s", folder, error)
+            return None
 
     def _get_info(self, folder: str, deadline: float) -> tuple[dict[str, Any], str] | None:
         key = folder + _INFO
@@ -769,7 +780,14 @@ class MinioStore(Store):
         self._request(
             f"PUT {key}",
             lambda: self.client.put_object(
-                self.bucket, key, io.BytesIO(body), len(body), content_type="application/x-ndjson"
+                self.bucket,
+                key,
+                io.BytesIO(body),
+                len(body),
+                content_type="application/x-ndjson",
+                # One PUT whatever the size (up to S3's 5 GiB): a multipart upload cut
+                # short would leave parts behind that nobody lists.
+                part_size=max(len(body), _MIN_PART),
             ),
             deadline,
             retry=retry,

@@ -1,0 +1,91 @@
+"""Every kind of store, fresh and empty, for suites that must hold for all of them.
+
+Fixtures:
+
+- ``store`` (function), parametrized with ids ``file``, ``memory``, ``minio``,
+  ``seaweedfs``: a fresh empty :class:`~alpineagents.Store`. ``file`` is a FileStore in
+  ``tmp_path``; ``memory`` the spec page's MemoryStore (``tests/spec``, copied verbatim);
+  ``minio``/``seaweedfs`` a MinioStore with prefix ``runs/`` in a fresh bucket of the
+  session server (started only when a test of that id runs).
+- ``s3`` (function), parametrized with ids ``minio``, ``seaweedfs``: an :class:`S3Place`,
+  a fresh bucket on that server, to make MinioStores with the options a test needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alpineagents import FileStore, Store
+from tests.bench.minio_server import S3Server
+from tests.spec import memory_store_class
+
+STORE_KINDS = ("file", "memory", "minio", "seaweedfs")
+S3_KINDS = ("minio", "seaweedfs")
+
+
+@dataclass
+class S3Place:
+    """A fresh bucket on a real S3 server, and how to make MinioStores in it."""
+
+    server: S3Server
+    bucket: str
+
+    @property
+    def kind(self) -> str:
+        """ "minio" or "seaweedfs"."""
+        return self.server.kind
+
+    def store(self, prefix: str = "runs", **options: Any) -> Any:
+        """A new MinioStore (its own client, bounded timeouts) on this bucket.
+
+        ``options`` go to ``MinioStore.connect`` (``retry_budget``, ``timeout``, ...).
+        """
+        from alpineagents.minio_store import MinioStore
+
+        return MinioStore.connect(
+            self.server.endpoint,
+            self.bucket,
+            prefix,
+            access_key=self.server.access_key,
+            secret_key=self.server.secret_key,
+            secure=False,
+            **options,
+        )
+
+    def object_keys(self) -> list[str]:
+        """Every object key in the bucket."""
+        client = self.server.client()
+        return sorted(
+            str(item.object_name)
+            for item in client.list_objects(self.bucket, recursive=True)
+            if item.object_name
+        )
+
+
+def _s3_place(request: pytest.FixtureRequest, kind: str) -> S3Place:
+    server: S3Server = request.getfixturevalue(kind)
+    bucket: str = request.getfixturevalue(f"{kind}_bucket")
+    return S3Place(server, bucket)
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A fresh empty store of each kind (see the module docstring)."""
+    kind = request.param
+    if kind == "file":
+        yield FileStore(tmp_path / "runs")
+    elif kind == "memory":
+        yield memory_store_class()()
+    else:
+        yield _s3_place(request, kind).store()
+
+
+@pytest.fixture(params=S3_KINDS)
+def s3(request: pytest.FixtureRequest) -> S3Place:
+    """A fresh bucket on the session MinIO, then on the session SeaweedFS."""
+    return _s3_place(request, request.param)

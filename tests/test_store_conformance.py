@@ -1,0 +1,180 @@
+"""The data interface every store keeps (spec: "Write your own store"), store by store.
+
+Runs over the ``store`` fixture of tests/bench/stores.py: FileStore, the spec's
+MemoryStore, and MinioStore on real MinIO and SeaweedFS.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alpineagents import FileStore, Message, State, Store
+from alpineagents.minio_store import MinioStore
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def entry(seq: int, text: str = "") -> dict[str, Any]:
+    """A history entry as stores see it (Entry.to_dict of a message entry)."""
+    message = Message.user(text or f"message {seq}")
+    return {
+        "seq": seq,
+        "kind": "message",
+        "time": (T0 + timedelta(seconds=seq)).isoformat(),
+        "text": f"user: {message.text}",
+        "data": {"message": message.to_dict()},
+    }
+
+
+def info(count: int, *, updated: datetime = T0, v: int = 5, **extra: Any) -> dict[str, Any]:
+    return {
+        "v": v,
+        "first_message": "message 0",
+        "updated_at": updated.isoformat(),
+        "stopped": None,
+        "parent_id": None,
+        "entries": count,
+        **extra,
+    }
+
+
+def seqs(store: Store, state_id: str) -> list[int]:
+    record = store.read(state_id)
+    assert record is not None
+    return [int(e["seq"]) for e in record.entries]
+
+
+def test_what_is_written_is_read_back(store: Store) -> None:
+    entries = [entry(0), entry(1, 'ünïcode ✓ and "quotes"\nnewline')]
+    store.write("run", entries, info(2, answer="hi"), create=True)
+    record = store.read("run")
+    assert record is not None
+    assert sorted(record.entries, key=lambda e: e["seq"]) == entries
+    assert record.info == info(2, answer="hi")
+
+
+def test_a_state_saved_and_loaded_is_the_same_state(store: Store) -> None:
+    state = State("nightly-report", messages=[Message.user("Write the nightly report")])
+    store.save(state)
+    state.send("And add the weekly numbers")
+    store.save(state)
+    loaded = store.load("nightly-report")
+    assert loaded == state
+    assert [m.text for m in loaded.messages] == [
+        "Write the nightly report",
+        "And add the weekly numbers",
+    ]
+    assert store.load("nightly-report") == loaded
+
+
+def test_entries_sent_again_are_skipped(store: Store) -> None:
+    store.write("run", [entry(0), entry(1)], info(2), create=True)
+    # After a failed write the Agent sends the unsaved tail again, overlapping what landed.
+    store.write("run", [entry(1), entry(2), entry(3)], info(4))
+    store.write("run", [entry(2), entry(3)], info(4))
+    assert seqs(store, "run") == [0, 1, 2, 3]
+
+
+def test_an_info_only_write_keeps_the_entries(store: Store) -> None:
+    store.write("run", [entry(0)], info(1), create=True)
+    store.write("run", [], info(1, stopped="done"))
+    record = store.read("run")
+    assert record is not None
+    assert [e["seq"] for e in record.entries] == [0]
+    assert record.info["stopped"] == "done"
+
+
+def test_create_refuses_an_existing_id_and_writes_nothing(store: Store) -> None:
+    store.write("run", [entry(0), entry(1)], info(2), create=True)
+    before = store.read("run")
+    with pytest.raises(ValueError, match="run"):
+        store.write("run", [entry(0, "another run")], info(1, first_message="x"), create=True)
+    assert store.read("run") == before
+    assert [saved.id for saved in store.list()] == ["run"]
+
+
+def test_an_unknown_id_is_refused_without_create(store: Store) -> None:
+    with pytest.raises(LookupError):
+        store.write("never-created", [entry(0)], info(1))
+    assert store.read("never-created") is None
+    assert store.list() == []
+
+
+def test_load_of_an_unknown_id_raises_lookup_error(store: Store) -> None:
+    assert store.read("nobody") is None
+    with pytest.raises(LookupError, match="nobody"):
+        store.load("nobody")
+
+
+def test_list_shows_the_infos_most_recently_updated_first(store: Store) -> None:
+    for name, minutes in [("old", 0), ("newest", 30), ("middle", 10)]:
+        store.write(name, [entry(0)], info(1, updated=T0 + timedelta(minutes=minutes)), create=True)
+    # What list shows comes from the info alone, not from the history.
+    store.write("middle", [entry(1)], info(77, updated=T0 + timedelta(minutes=20)))
+    listed = store.list()
+    assert [saved.id for saved in listed] == ["newest", "middle", "old"]
+    assert listed[1].entries == 77
+    assert listed[1].updated_at == T0 + timedelta(minutes=20)
+
+
+def test_delete_removes_only_that_state(store: Store) -> None:
+    for name in ["a", "ab", "a/b", "b"]:
+        store.write(name, [entry(0)], info(1), create=True)
+    store.delete("a")
+    assert store.read("a") is None
+    assert sorted(saved.id for saved in store.list()) == ["a/b", "ab", "b"]
+    assert seqs(store, "ab") == [0]
+    store.delete("a")  # deleting an unknown id does nothing
+    # The id is free again: a new State may take it.
+    store.write("a", [entry(0, "again")], info(1), create=True)
+    record = store.read("a")
+    assert record is not None
+    assert [e["text"] for e in record.entries] == ["user: again"]
+
+
+TRICKY_IDS = [
+    "reports/2026/03",
+    "..",
+    ".",
+    "../../escape",
+    "a/../../b",
+    "/absolute",
+    "ünïcode-日本語-✓",
+    "per%2Fcent",
+    "space and\ttab",
+    "a" * 200,
+]
+
+
+def test_ids_are_kept_exactly_and_cannot_escape(store: Store, tmp_path: Path) -> None:
+    for number, state_id in enumerate(TRICKY_IDS):
+        store.write(state_id, [entry(0, f"for {number}")], info(1), create=True)
+    for number, state_id in enumerate(TRICKY_IDS):
+        record = store.read(state_id)
+        assert record is not None
+        assert [e["text"] for e in record.entries] == [f"user: for {number}"]
+    assert sorted(saved.id for saved in store.list()) == sorted(TRICKY_IDS)
+    if isinstance(store, FileStore):
+        assert [p.name for p in tmp_path.iterdir()] == ["runs"]
+        folders = list(store.folder.iterdir())
+        assert len(folders) == len(TRICKY_IDS)
+        assert all(p.parent == store.folder for p in folders)
+    if isinstance(store, MinioStore):
+        listing = store.client.list_objects(store.bucket, recursive=True)
+        keys = [str(item.object_name) for item in listing]
+        assert keys and all(key.startswith("runs/") for key in keys)
+        assert all("/../" not in key and "/./" not in key for key in keys)
+    for state_id in TRICKY_IDS:
+        store.delete(state_id)
+    assert store.list() == []
+
+
+@pytest.mark.parametrize("version", [3, 6])
+def test_a_state_of_another_format_is_refused_on_load(store: Store, version: int) -> None:
+    store.write("old", [entry(0)], info(1, v=version), create=True)
+    with pytest.raises(ValueError, match=f"format {version}"):
+        store.load("old")
