@@ -6,5 +6,6 @@ pytest_plugins: list[str] = [
     "tests.bench.pod_runner",
     "tests.bench.model",
     "tests.bench.runner_process",
+    "tests.bench.helm",
     "tests.bench.stores",
 ]

