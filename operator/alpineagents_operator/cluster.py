@@ -38,6 +38,18 @@ def api_client_from_environment() -> Any:
     return config.new_client_from_config()
 
 
+def _finish(response: Any) -> bytes:
+    """Read a raw response to its end, then give its connection back to the pool.
+
+    A connection handed back with part of a body unread would give the next request on
+    it that rest as its status line.
+    """
+    try:
+        return bytes(response.data)
+    finally:
+        response.release_conn()
+
+
 class Cluster:
     """Reads and writes AgentRuns, their pods and Events."""
 
@@ -99,7 +111,7 @@ class Cluster:
                 _preload_content=False,
                 _request_timeout=_TIMEOUT,
             )
-            response.release_conn()
+            _finish(response)
         except ApiException as error:
             if error.status == 404:
                 return False
@@ -115,10 +127,7 @@ class Cluster:
             _preload_content=False,
             _request_timeout=_TIMEOUT,
         )
-        try:
-            listing = json.loads(response.data)
-        finally:
-            response.release_conn()
+        listing = json.loads(_finish(response))
         return list(listing.get("items") or [])
 
     def create_pod(self, manifest: Mapping[str, Any]) -> bool:
@@ -130,7 +139,7 @@ class Cluster:
             response = self._core.create_namespaced_pod(
                 namespace, dict(manifest), _preload_content=False, _request_timeout=_TIMEOUT
             )
-            response.release_conn()
+            _finish(response)
         except ApiException as error:
             if error.status == 409:
                 return False
@@ -145,7 +154,7 @@ class Cluster:
             response = self._core.delete_namespaced_pod(
                 name, namespace, _preload_content=False, _request_timeout=_TIMEOUT
             )
-            response.release_conn()
+            _finish(response)
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -183,6 +192,6 @@ class Cluster:
             response = self._core.create_namespaced_event(
                 meta.get("namespace"), body, _preload_content=False, _request_timeout=_TIMEOUT
             )
-            response.release_conn()
+            _finish(response)
         except Exception as error:  # an Event is a courtesy: never fail a step for it
             _log.warning("could not post Event %s on %s: %s", event.reason, meta.get("name"), error)

@@ -457,11 +457,8 @@ class _Step:
             if aborted:
                 changes["abortedCalls"] = aborted
             seq = saved.last_saved_seq
-            closed = (
-                f"; closed as aborted: {', '.join(saved.aborted_calls)}"
-                if saved.aborted_calls
-                else ""
-            )
+            new = [c for c in saved.aborted_calls if c not in status.aborted_calls]
+            closed = f"; calls closed as aborted: {', '.join(new)}" if new else ""
             event = RunEvent(
                 "Normal",
                 "Resumed",

@@ -34,8 +34,8 @@ class _Snapshot(Store):
 def saved_view(state_id: str, record: Record | None) -> SavedView:
     """The :class:`SavedView` of a record as ``store.read`` returns it (None: no State).
 
-    Loading closes a turn the lost pod left open by appending entries; the tool calls
-    those entries close as "aborted" are the ones that were running when it was lost.
+    Loading closes a turn a killed pod left open by appending entries (its tool calls
+    end "aborted", result unknown); ``aborted_calls`` lists every aborted call so far.
     """
     if record is None:
         return SavedView(exists=False)
@@ -44,10 +44,11 @@ def saved_view(state_id: str, record: Record | None) -> SavedView:
         state = _Snapshot(record).load(state_id)
     except (ValueError, LookupError) as error:
         return SavedView(exists=True, error=str(error))
-    closing = state.history[saved_count:]
+    # Every call that ended "aborted": closed by the pod that was stopped (SIGTERM) or,
+    # for a pod killed outright, by this load (those entries are past ``saved_count``).
     aborted = tuple(
         str(entry.data.get("call_id"))
-        for entry in closing
+        for entry in state.history
         if entry.kind == "tool_result" and entry.outcome == "aborted"
     )
     return SavedView(

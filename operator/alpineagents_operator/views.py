@@ -374,7 +374,7 @@ class SavedView:
     answer: str | None = None
     stopped: str | None = None
     aborted_calls: tuple[str, ...] = ()
-    """Calls that loading closed as "aborted": they were running when the pod was lost."""
+    """Calls that ended "aborted" (running when a pod stopped or was lost; not run again)."""
     pending_approvals: tuple[PendingApproval, ...] = ()
     turns: int = 0
     usage: Mapping[str, int] = field(default_factory=dict)
