@@ -422,6 +422,13 @@ def test_a_malformed_agentrun_is_refused_or_fails_with_a_clear_message(
     assert failed["reason"] == "NotRetryable"
     assert "cannot import 'tests.agents.no_such_agent'" in failed["message"]
     assert failed["attempt"] == 1  # not retried
+    # The schema leaves resources opaque; the pod's own validation refuses a bad one.
+    name = run_name()
+    bench.apply(name, markers, prompt="hi", resources={"limits": {"memory": "lots"}})
+    failed = status(bench.wait_phase(name, "Failed"))
+    assert failed["reason"] == "PodInvalid"
+    assert "quantities must match" in failed["message"]
+    assert not bench.pods(name)
 
 
 def test_an_exhausted_restart_budget_ends_failed(bench: Bench, markers: Path) -> None:

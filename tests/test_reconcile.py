@@ -482,3 +482,24 @@ def test_state_ids_differ_between_agentruns_of_the_same_name() -> None:
     )
     assert first.state_id != second.state_id
     assert first.state_id == "agents.triage.6f1d2c3b"
+
+
+def test_an_invalid_pod_fails_the_run_with_the_servers_words() -> None:
+    from alpineagents_operator.reconcile import pod_refused
+
+    message = 'Pod "triage-1" is invalid: spec.containers[0].resources.limits[memory]: Invalid value: "lots"'
+    decision = pod_refused(run(), 1, 422, message, NOW)
+    assert decision.status["phase"] == "Failed"
+    assert decision.status["reason"] == "PodInvalid"
+    assert 'Invalid value: "lots"' in decision.status["message"]
+    assert [e.reason for e in decision.events] == ["Failed"]
+
+
+def test_a_forbidden_pod_keeps_the_phase_and_is_tried_again() -> None:
+    from alpineagents_operator.reconcile import pod_refused
+
+    interrupted = run("Interrupted", attempt=1, nextAttemptAt=EARLIER, restarts=1)
+    decision = pod_refused(interrupted, 2, 403, "exceeded quota: pods=10", NOW)
+    assert "phase" not in decision.status
+    assert decision.status["reason"] == "PodRefused"
+    assert decision.requeue_after == 10.0 and decision.create_pod is None

@@ -38,6 +38,22 @@ def api_client_from_environment() -> Any:
     return config.new_client_from_config()
 
 
+class PodRefused(Exception):
+    """The API server refused a pod (invalid, or forbidden by a quota or policy)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"pod refused ({status}): {message}")
+        self.status = status
+        self.message = message
+
+
+def _api_message(error: Any) -> str:
+    try:
+        return str(json.loads(error.body)["message"])
+    except (ValueError, KeyError, TypeError):
+        return str(error.reason or error)
+
+
 def _finish(response: Any) -> bytes:
     """Read a raw response to its end, then give its connection back to the pool.
 
@@ -143,6 +159,8 @@ class Cluster:
         except ApiException as error:
             if error.status == 409:
                 return False
+            if error.status in (400, 403, 422):
+                raise PodRefused(int(error.status), _api_message(error)) from None
             raise
         return True
 

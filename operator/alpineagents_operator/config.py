@@ -77,7 +77,10 @@ class OperatorConfig:
         command_json = text("ALPINEAGENTS_POD_COMMAND", "")
         command = defaults.pod_command
         if command_json:
-            parsed = json.loads(command_json)
+            try:
+                parsed = json.loads(command_json)
+            except ValueError:
+                parsed = None
             if not (
                 isinstance(parsed, list) and parsed and all(isinstance(p, str) for p in parsed)
             ):

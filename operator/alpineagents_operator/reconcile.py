@@ -158,6 +158,28 @@ def decide(
     return _Step(run, pods, saved, now).decide()
 
 
+def pod_refused(
+    run: AgentRunView, attempt: int, status: int, message: str, now: datetime
+) -> Decision:
+    """The step after the API server refused to create pod ``attempt``.
+
+    An invalid pod (HTTP 400/422: a malformed ``resources``, ``env``, ``affinity``, ...)
+    will never be accepted: the run ends Failed with the server's words. Anything else
+    (403 from a quota, 5xx) may pass later: the run stays Pending, says why, and the
+    step is tried again.
+    """
+    step = _Step(run, (), None, now)
+    name = pod_name_for(run.name, attempt)
+    if status in (400, 422):
+        return step._fail("PodInvalid", f"pod {name} was refused: {message}", {})
+    # The phase stays: the step that wanted the pod is simply taken again later.
+    return step._to(
+        {"reason": "PodRefused", "message": f"pod {name} was refused: {message}"},
+        requeue_after=10.0,
+        note=f"pod {name} refused ({status}); trying again",
+    )
+
+
 def conditions_for(
     phase: Phase | None,
     reason: str | None,

@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 from alpineagents import Store
 
 from . import store_view
-from .cluster import Cluster
+from .cluster import Cluster, PodRefused
 from .config import OperatorConfig
 from .metrics import OperatorMetrics
 from .pods import pod_manifest, store_url
-from .reconcile import Decision, decide
+from .reconcile import Decision, decide, pod_refused
 from .views import JSON, AgentRunView, PodView, SavedView
 
 _log = logging.getLogger(__name__)
@@ -165,8 +165,7 @@ class Reconciler:
         if decision.needs_saved:
             saved = await self._read_saved(run)
             decision = decide(run, pods, saved, self._clock())
-        await self._apply(run, body, decision)
-        return decision
+        return await self._apply(run, body, decision)
 
     async def _read_saved(self, run: AgentRunView) -> SavedView:
         url = store_url(run, self.config)
@@ -176,7 +175,9 @@ class Reconciler:
             return SavedView(exists=False, error=f"cannot open store {url!r}: {error}")
         return await asyncio.to_thread(store_view.read_saved, store, run.state_id)
 
-    async def _apply(self, run: AgentRunView, body: JSON, decision: Decision) -> None:
+    async def _apply(self, run: AgentRunView, body: JSON, decision: Decision) -> Decision:
+        """Carry out a decision; returns the one carried out (another one if the API
+        server refused the pod it asked for)."""
         key = (run.namespace, run.name)
         if decision.note and decision.acts:
             _log.info("%s/%s: %s", run.namespace, run.name, decision.note)
@@ -187,7 +188,14 @@ class Reconciler:
             await asyncio.to_thread(store_view.claim, store, run.state_id)
         if decision.create_pod is not None:
             manifest = pod_manifest(run, decision.create_pod, self.config)
-            created = await asyncio.to_thread(self.cluster.create_pod, manifest)
+            try:
+                created = await asyncio.to_thread(self.cluster.create_pod, manifest)
+            except PodRefused as refusal:
+                _log.warning("%s/%s: %s", *key, refusal)
+                refused = pod_refused(
+                    run, decision.create_pod, refusal.status, refusal.message, self._clock()
+                )
+                return await self._apply(run, body, refused)
             if not created:
                 _log.info(
                     "%s/%s: pod %s exists already: adopting it", *key, manifest["metadata"]["name"]
@@ -208,6 +216,7 @@ class Reconciler:
         self.metrics.record_phase(run.namespace, run.name, str(phase) if phase else None)
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
+        return decision
 
     def _store(self, url: str) -> Store:
         store = self._stores.get(url)
