@@ -124,7 +124,7 @@ def test_list_show_and_delete_a_file_store(
         "show", "first", "--store", store, "--log-format", "json",
         workdir=workspace.work, env=env, runners=runners,
     )  # fmt: skip
-    entries = [json.loads(line) for line in as_json.stdout.splitlines()[1:]]
+    entries = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert [e["seq"] for e in entries] == list(range(7))
     assert entries[3]["outcome"] == "ok"
 

@@ -27,7 +27,7 @@ from alpineagents.runner import (
     termination_message,
 )
 from alpineagents.state import UNKNOWN_RESULT
-from alpineagents.testing import ModelServer, error, reply, tool_use
+from alpineagents.testing import ModelServer, error, hold, reply, tool_use
 from tests.bench.runner_process import (
     BLOCKING,
     RunnerProcess,
@@ -75,6 +75,29 @@ def test_sigterm_while_a_tool_runs_saves_and_the_next_run_resumes(
     assert again.message["aborted"] == []  # the first run closed its own call
     assert (workspace.work / "started").read_text().count("\n") == 1
     assert last_tool_result_block(model_server.requests[-1].body)["is_error"] is True
+
+
+def test_sigterm_while_the_model_is_asked_takes_the_request_back(
+    workspace: Workspace, model_server: ModelServer
+) -> None:
+    model_server.add(hold(reply("Too late.")))
+    manifest = workspace.manifest(prompt="Think hard.")
+    runner = workspace.start(manifest)
+    model_server.wait_for_requests(1)
+    runner.signal(signal.SIGTERM)
+    assert runner.wait() == 143
+    assert runner.message["outcome"] == "stopped"
+    assert runner.message["turns"] == 0
+    kinds = [e.kind for e in workspace.store.load("job").history]
+    assert kinds == ["message", "model_request", "model_error", "stop"]
+
+    model_server.add(reply("Thought."))
+    again = workspace.run(manifest)
+    assert again.process.returncode == 0, again.stderr
+    assert again.message["answer"] == "Thought."
+    assert model_server.requests[-1].body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Think hard."}]}
+    ]
 
 
 def test_sigkill_mid_tool_resumes_without_running_the_tool_again(

@@ -86,14 +86,15 @@ def show(args: argparse.Namespace) -> int:
     """``show ID``: the State's history, one line per entry."""
     store = _store(args)
     record = _record(store, args.id)
-    info = record.info
-    usage = info.get("usage") or {}
-    print(
-        f"{args.id}: {info.get('entries', len(record.entries))} entries, "
-        f"{info.get('stopped') or 'open'}, turns {info.get('turns', 0)}, "
-        f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}"
-    )
     log = ProgressLog(sys.stdout, format=_log_format(args), show_seq=True)
+    if log.format == "text":
+        info = record.info
+        usage = info.get("usage") or {}
+        print(
+            f"{args.id}: {info.get('entries', len(record.entries))} entries, "
+            f"{info.get('stopped') or 'open'}, turns {info.get('turns', 0)}, "
+            f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}"
+        )
     for entry in _entries(record):
         log.entry(args.id, entry)
     return 0
