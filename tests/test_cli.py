@@ -268,7 +268,8 @@ def test_run_list_show_tail_and_delete_on_s3(
 def test_an_s3_store_that_does_not_answer_exits_75(
     workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess], minio: Any
 ) -> None:
-    url = f"s3://{minio.bucket}/x?endpoint=127.0.0.1:{free_port()}&secure=false"
+    closed = f"127.0.0.1:{free_port()}"
+    url = f"s3://{minio.bucket}/x?endpoint={closed}&secure=false&retry_budget=1&timeout=0.5"
     credentials = {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key}
     run = RunnerProcess(
         ["run", workspace.manifest(prompt="Go."), "--store", url],
@@ -279,3 +280,15 @@ def test_an_s3_store_that_does_not_answer_exits_75(
     assert run.wait() == ExitCode.RETRYABLE, run.stderr
     assert run.message["error"].startswith("store unavailable: ")
     assert model_server.requests == []
+
+    listed = cli(
+        "list",
+        "--store",
+        url,
+        workdir=workspace.work,
+        env=child_env(None, **credentials),
+        runners=runners,
+    )
+    assert listed.process.returncode == ExitCode.RETRYABLE
+    (line,) = listed.stderr.splitlines()
+    assert line.startswith("alpineagents: store unavailable: MinioStore(")
