@@ -461,6 +461,20 @@ def test_deleting_an_agentrun_with_ondelete_delete_removes_its_state(
         bench.saved(state_id)
 
 
+def test_deleting_a_running_agentrun_stops_its_pod_and_keeps_its_state(
+    bench: Bench, markers: Path
+) -> None:
+    name = run_name()
+    bench.apply(name, markers, prompt=use("slow"))
+    wait_for(lambda: starts(markers, "slow") == 1, "the tool to start")
+    state_id = status(bench.wait_phase(name, "Running"))["stateId"]
+    bench.plane.kubectl("delete", "agentrun", name, "-n", NAMESPACE, "--timeout=60s")
+    # No garbage collector runs on the bench: the operator itself stops the orphan.
+    wait_for(lambda: not bench.live_pods(name), "the pod to stop")
+    kept = bench.saved(state_id)  # onDelete: Keep (the default)
+    assert [e.outcome for e in kept.history if e.kind == "tool_result"] == ["aborted"]
+
+
 def test_a_run_whose_node_is_lost_resumes_on_another_node(
     bench: Bench, minio: S3Server, markers: Path
 ) -> None:

@@ -112,10 +112,13 @@ class Reconciler:
     async def resync(self) -> None:
         """Reconcile every AgentRun in the watched namespaces (the safety net for events
         that never came)."""
-        namespaces: list[str | None] = [
+        # Named namespaces are listed one by one (a namespaced Role allows no more);
+        # only when there are none (cluster-wide, or glob patterns only) is the whole
+        # cluster listed.
+        named: list[str | None] = [
             n for n in self.config.namespaces if not any(c in n for c in "*?[")
-        ] or [None]
-        for namespace in namespaces:
+        ]
+        for namespace in named or [None]:
             bodies = await asyncio.to_thread(self.cluster.list_runs, namespace)
             for body in bodies:
                 meta = body.get("metadata") or {}
