@@ -7,6 +7,7 @@ dropped on the way back.
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -394,8 +395,9 @@ def test_a_merge_stopped_after_its_merged_segment_loses_nothing(s3: S3Place) -> 
     assert loaded == state
     assert [e.seq for e in loaded.history] == list(range(len(state.history)))
 
-    state.send("later")
-    store.save(state)  # the next merge tidies up
+    for step in range(4):  # a failed merge is tried again a few segments later
+        state.send(f"later {step}")
+        store.save(state)
     assert len(segment_keys(s3)) < len(after)
     assert s3.store().load("run") == state
 
@@ -516,3 +518,36 @@ def test_a_bad_prefix_is_refused(s3: S3Place) -> None:
     for prefix in ["a/../b", "..", "./x", "a//b"]:
         with pytest.raises(ValueError, match="prefix"):
             s3.store(prefix)
+
+
+def test_owners_taking_turns_with_zombies_and_lost_answers_keep_one_history(
+    s3: S3Place,
+) -> None:
+    """Random but reproducible: stores take the State over in turn; the one replaced
+    keeps trying to save; answers to info PUTs get lost on the way back; merges run often."""
+    rng = random.Random(20260301)
+    stores = [wired_store(s3, merge_after=3) for _ in range(3)]
+    first, _ = stores[0]
+    truth = new_state()
+    first.save(truth)
+    owner, owner_state = 0, truth
+    for round_ in range(8):
+        successor = rng.choice([n for n in range(3) if n != owner])
+        store, wire = stores[successor]
+        if rng.random() < 0.5:
+            s3.store().claim("run")  # the operator takes over before starting the successor
+        resumed = store.load("run")
+        assert resumed == truth
+        for step in range(rng.randint(1, 6)):
+            resumed.send(f"round {round_} step {step} by {successor}")
+            if rng.random() < 0.3:
+                wire.drop_answer.append(is_info_put)
+            store.save(resumed)
+            truth = resumed
+        # The replaced owner is still alive and tries to save once more.
+        old_store, _ = stores[owner]
+        owner_state.send(f"zombie write in round {round_}")
+        with pytest.raises(StateFencedError):
+            old_store.save(owner_state)
+        assert s3.store().load("run") == truth
+        owner, owner_state = successor, resumed

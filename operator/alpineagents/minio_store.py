@@ -65,11 +65,13 @@ random ``nonce`` in each version makes every version's ETag unique (no ABA).
   whatever is saved now, retrying on races (the operator does this before starting a
   replacement pod: the old pod's next save then fails).
 - A write by an instance that does not own the State claims it implicitly first (so
-  ``load`` in a new process, then saving, just works): one extra PUT, once.
+  ``load`` in a new process, then saving, just works): one extra PUT, once. After a read,
+  that claim is conditional on the read, and it refuses entries that start before what
+  the read returned (they come from an older copy of the State).
 - A writer whose ``If-Match`` fails finds another writer's token in ``info.json`` and raises
   :class:`StateFencedError`; its segment is invisible (past ``committed``, lower epoch). It
-  stays fenced: every later write of that id through this instance raises too, until an
-  explicit :meth:`claim`.
+  stays fenced: every later write of that id through this instance raises too, until it
+  loads the State again or calls :meth:`claim`.
 - A conditional PUT retried after a lost response may get 412 for its own success; the
   store then GETs ``info.json`` and recognises its own writer token.
 
@@ -82,9 +84,20 @@ most twice the size of what is merged so far, so each entry is rewritten O(log n
 a load fetches at most about ``merge_after`` segments). The merged segment is PUT first,
 then the segments it covers are deleted, so a merge stopped at any point leaves every entry
 readable exactly once (a reader skips segments that a segment of at least the same epoch
-contains, and re-lists if one vanishes under it). A failed merge never fails the save; the
-next save tries again. Merges use the segments this instance wrote from memory (up to
-``cache_bytes``) and GET only the others.
+contains, and re-lists if one vanishes under it). A failed merge never fails the save; a
+save a few segments later tries again. Merges use the segments this instance wrote from
+memory (up to ``cache_bytes``) and GET only the others. A merging writer that has been
+fenced without knowing it yet is harmless: it only merges and deletes seqs it committed,
+which never change, and never touches segments of a newer epoch.
+
+Deleting
+--------
+``delete`` removes ``info.json`` first (from then on readers see nothing and the writer's
+next save raises ``LookupError``), then every object under the id's folder, except those
+of a State created again with that id meanwhile. Segments left by a create that crashed
+before its ``info.json`` are removed by the next create of that id, or by ``delete``.
+(A create racing a delete of the same id may lose its first segment: not supported, as
+two processes running one id are not.)
 
 Timeouts and retries
 --------------------
@@ -141,6 +154,7 @@ _log = logging.getLogger(__name__)
 _INFO = "info.json"
 _LAYOUT = 1
 _SEGMENT = re.compile(r"(\d{12})-(\d{12})-(\d{10})\.jsonl")
+_SEQ_FIRST = re.compile(rb'\{"seq":(\d+)[,}]')
 _MERGE_GROWTH = 2.0  # an older segment joins a merge while at most this times the merged size
 _FETCH_THREADS = 8
 _MIN_PART = 5 << 20  # S3's smallest multipart part; minio's put_object needs at least this
@@ -442,7 +456,7 @@ class MinioStore(Store):
                 lambda: self.client.remove_object(self.bucket, folder + _INFO),
                 deadline,
             )
-            self._held.pop(state_id, None)
+            self._hold(state_id, None)
             keys = self._list_keys(folder, deadline, recursive=True)
             again = self._get_info(folder, deadline)  # created again meanwhile: keep that one
             if again is not None:
@@ -510,7 +524,7 @@ class MinioStore(Store):
                 )
             seen = _Held(got[0], got[1])  # someone claimed meanwhile: claim after them
         held = _Held(doc, etag, token)
-        self._held[state_id] = held
+        self._hold(state_id, held)
         return held
 
     def _commit(
@@ -531,7 +545,7 @@ class MinioStore(Store):
                 return
             got = self._get_info(folder, deadline)
             if got is None:
-                self._held.pop(state_id, None)
+                self._hold(state_id, None)
                 raise LookupError(_unknown(state_id, self) + " (it was deleted while saved)")
             if got[0].get("writer") != held.token or got[0].get("incarnation") != (
                 held.incarnation
@@ -575,7 +589,7 @@ class MinioStore(Store):
                     self._remove(written, deadline)
                 raise ValueError(_exists(state_id, self))
             doc, etag = got  # our own PUT, its answer was lost
-        self._held[state_id] = _Held(doc, etag, token)
+        self._hold(state_id, _Held(doc, etag, token))
         # Folders of incarnations that never got their info.json (a create that crashed
         # between its two PUTs): invisible, removed now that this one owns the id.
         orphans = [k for k in present if k.startswith(folder + "h-")]
@@ -762,7 +776,7 @@ class MinioStore(Store):
         entries: builtins.list[dict[str, Any]],
         deadline: float,
     ) -> str:
-        lines = [(int(e["seq"]), json.dumps(e, separators=(",", ":")).encode()) for e in entries]
+        lines = [_line(e) for e in entries]
         return self._put_lines(folder, incarnation, epoch, lines, deadline)
 
     def _put_lines(
@@ -901,6 +915,15 @@ class MinioStore(Store):
         return builtins.list(pool.map(lambda call: call(), calls))
 
     # ------------------------------------------------------------ memory
+    def _hold(self, state_id: str, held: _Held | None) -> None:
+        # Under the guard, so that a read finishing meanwhile cannot replace what a
+        # claim or create just took with the older version it read.
+        with self._guard:
+            if held is None:
+                self._held.pop(state_id, None)
+            else:
+                self._held[state_id] = held
+
     def _remember_read(self, state_id: str, doc: dict[str, Any], etag: str) -> None:
         with self._guard:
             held = self._held.get(state_id)
@@ -969,11 +992,20 @@ def _parse_lines(segment: _Segment, body: bytes) -> Lines:
     lines: Lines = []
     for line in body.split(b"\n"):
         if line.strip():
-            seq = int(json.loads(line)["seq"])
+            # Lines are written with seq first, so the seq is read without parsing the
+            # entry (a load parses each entry once, a merge never).
+            found = _SEQ_FIRST.match(line)
+            seq = int(found.group(1)) if found else int(json.loads(line)["seq"])
             if not segment.first <= seq <= segment.last:
                 raise ValueError(f"segment {segment.key} holds seq {seq}: damaged")
             lines.append((seq, line))
     return lines
+
+
+def _line(entry: dict[str, Any]) -> tuple[int, bytes]:
+    seq = int(entry["seq"])
+    ordered = {"seq": seq, **{k: v for k, v in entry.items() if k != "seq"}}
+    return seq, json.dumps(ordered, separators=(",", ":")).encode()
 
 
 def _lines_bytes(lines: Lines) -> int:
