@@ -3,6 +3,7 @@
 #   operator:          python -m alpineagents_operator   (the Helm chart's Deployment)
 #
 # Build:  docker build -t alpineagents:dev .
+# (needs BuildKit, the default builder since Docker 23, for the RUN --mount below)
 #
 # The base is pinned by tag. For byte-for-byte reproducible builds pin its digest as well:
 #   docker buildx imagetools inspect python:3.11-slim-bookworm   # prints "Digest: sha256:..."
