@@ -389,7 +389,7 @@ class MinioStore(Store):
                 segments += 1
             self._commit(state_id, held, info, held.committed + len(new), segments, deadline)
             if segments > max(self.merge_after, held.merge_at):
-                self._merge_quietly(state_id, held)
+                self._merge_quietly(state_id, held, deadline)
 
     def read(self, state_id: str) -> Record | None:
         deadline = self._deadline()
@@ -601,9 +601,11 @@ class MinioStore(Store):
                 self._remove(keys, deadline)
 
     # ------------------------------------------------------------ merging
-    def _merge_quietly(self, state_id: str, held: _Held) -> None:
+    def _merge_quietly(self, state_id: str, held: _Held, deadline: float) -> None:
+        # Within the save's own budget: a slow store makes the merge give up, not the
+        # save outlast its budget.
         try:
-            self._merge(state_id, held, time.monotonic() + self.retry_budget)
+            self._merge(state_id, held, deadline)
         except Exception as error:  # the save itself succeeded; a later one merges
             _log.warning("merging the segments of %r in %r failed: %s", state_id, self, error)
             # Not at every save: a merge that cannot work (no delete permission, say)
