@@ -82,6 +82,10 @@ def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=_KOPF_PREFIX, key="last-handled-configuration"
     )
+    # With exact namespace names there is nothing to discover: scanning would list
+    # namespaces and CRDs cluster-wide, which the chart's namespaced RBAC refuses.
+    exact = config.namespaces and not any(set(n) & set("*?[!") for n in config.namespaces)
+    settings.scanning.disabled = bool(exact)
     settings.peering.standalone = not config.peering
     if config.peering:
         settings.peering.name = config.peering

@@ -148,17 +148,6 @@ def test_deleting_a_run_stops_its_pod_and_deletes_its_saved_state(e2e: Environme
     assert e2e.history(state_id) is None, e2e.diagnostics()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "kopf lists and watches namespaces and CRDs at startup unless "
-        "settings.scanning.disabled is set; under the chart's namespaced RBAC (no "
-        "cluster-wide rights, by design) that is about a minute of 403 retries before its "
-        "watches start. Fix in alpineagents_operator.handlers.apply_settings: "
-        "settings.scanning.disabled = True when the namespaces are exact names. Remove this "
-        "marker with the fix (strict: the test then passes and the marker fails it)."
-    ),
-)
 def test_the_operator_needs_no_more_than_the_charts_rbac(e2e: Environment) -> None:
     refused = [line for line in e2e.operator_log().splitlines() if "forbidden" in line.lower()]
     assert not refused, "\n".join(refused[:5])
