@@ -589,7 +589,7 @@ def record_approvals(state: State, approvals: Sequence[Approval]) -> list[Approv
 
 def _saved_count(state: State) -> int:
     # The State keeps how many of its entries its store has; the runner reports it.
-    return int(state._saved)
+    return state.saved_entries
 
 
 # ============================================================================ the run

@@ -171,6 +171,11 @@ class State:
                 return Message.from_dict(entry.data["message"]).text
         return None
 
+    @property
+    def saved_entries(self) -> int:
+        """How many entries of ``history`` its store has; later ones are not saved yet."""
+        return self._saved
+
     def approval(self, call_id: str) -> bool | None:
         return self._answered.get(call_id)
 
