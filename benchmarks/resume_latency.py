@@ -48,7 +48,7 @@ sys.path[:0] = [str(REPO), str(REPO / "operator")]
 import yaml  # noqa: E402
 from tests.bench.control_plane import ControlPlane, _start_control_plane  # noqa: E402
 from tests.bench.minio_server import S3Server, start_minio  # noqa: E402
-from tests.bench.operator_process import OperatorProcess  # noqa: E402
+from tests.bench.operator_process import OperatorProcess, bench_env  # noqa: E402
 from tests.bench.pod_runner import PodRunner  # noqa: E402
 
 from alpineagents.testing import ModelServer  # noqa: E402
@@ -295,15 +295,7 @@ def main() -> None:
         operator = OperatorProcess(
             plane.kubeconfig,
             workdir / "operator",
-            {
-                "ALPINEAGENTS_STORE": store_url,
-                "ALPINEAGENTS_STORE_SECRET": "store-credentials",
-                "ALPINEAGENTS_ANTHROPIC_SECRET": "anthropic",
-                "ANTHROPIC_BASE_URL": model.url,
-                "AWS_ACCESS_KEY_ID": minio.access_key,
-                "AWS_SECRET_ACCESS_KEY": minio.secret_key,
-                "ALPINEAGENTS_LOG_LEVEL": "WARNING",
-            },
+            bench_env(store_url, minio, model.url, ALPINEAGENTS_LOG_LEVEL="WARNING"),
         )
         stack.callback(operator.stop)
         operator.start()

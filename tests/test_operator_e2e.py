@@ -32,7 +32,7 @@ from alpineagents.testing import ModelServer
 from tests.bench.control_plane import ControlPlane
 from tests.bench.infra import free_port
 from tests.bench.minio_server import S3Server
-from tests.bench.operator_process import OperatorProcess
+from tests.bench.operator_process import OperatorProcess, bench_env
 from tests.bench.pod_runner import PodRunner
 
 pytestmark = pytest.mark.e2e
@@ -227,16 +227,13 @@ def bench(control_plane: ControlPlane, minio: S3Server) -> Iterator[Bench]:
         operator = OperatorProcess(
             control_plane.kubeconfig,
             workdir,
-            {
-                "ALPINEAGENTS_IMAGE": "alpineagents:e2e",
-                "ALPINEAGENTS_STORE": store_url,
-                "ALPINEAGENTS_STORE_SECRET": "store-credentials",
-                "ALPINEAGENTS_ANTHROPIC_SECRET": "anthropic",
-                "ANTHROPIC_BASE_URL": model.url,
-                "AWS_ACCESS_KEY_ID": minio.access_key,
-                "AWS_SECRET_ACCESS_KEY": minio.secret_key,
-                "ALPINEAGENTS_RESYNC_SECONDS": "20",
-            },
+            bench_env(
+                store_url,
+                minio,
+                model.url,
+                ALPINEAGENTS_IMAGE="alpineagents:e2e",
+                ALPINEAGENTS_RESYNC_SECONDS="20",
+            ),
         )
         stack.callback(operator.stop)
         operator.start()

@@ -17,9 +17,24 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tests.bench.infra import free_port
 from tests.bench.server_process import ServerProcess
+
+
+def bench_env(store_url: str, s3: Any, model_url: str, **extra: str) -> dict[str, str]:
+    """The operator's configuration on the test bench: an S3 store on ``s3`` (a bench
+    ``S3Server``), Secrets named ``store-credentials`` and ``anthropic``, the scripted model."""
+    return {
+        "ALPINEAGENTS_STORE": store_url,
+        "ALPINEAGENTS_STORE_SECRET": "store-credentials",
+        "ALPINEAGENTS_ANTHROPIC_SECRET": "anthropic",
+        "ANTHROPIC_BASE_URL": model_url,
+        "AWS_ACCESS_KEY_ID": s3.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+        **extra,
+    }
 
 
 class OperatorProcess:
