@@ -111,7 +111,11 @@ class Agent:
             raise RuntimeError(f"State {state.id!r} is already running")
         loop = asyncio.get_running_loop()
         state._running, state._sync_saves, state._save_lock = True, sync_saves, asyncio.Lock()
-        state._on_send = lambda: _ignore(loop.call_soon_threadsafe(self._save_soon, state))
+
+        def save_soon() -> None:  # called from any thread by State.send
+            loop.call_soon_threadsafe(self._save_soon, state)
+
+        state._on_send = save_soon
         client_token = _run_client.set(self._client or _model.default_client())
         try:
             await self._save(state)  # run starts; refuses a new State whose id is taken
@@ -358,10 +362,6 @@ class Agent:
         if with_tools and self.tools:
             request["tools"] = [t.to_api() for t in self.tools.values()]
         return request
-
-
-def _ignore(value: object) -> None:
-    return None
 
 
 def _merged(messages: list[Message]) -> list[dict[str, Any]]:
