@@ -268,9 +268,9 @@ def start_up(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str |
     )
     page.rows["first-save"] = Row(
         "resumed run: its first save after the process starts",
-        first["resumed run"].text(" s"),
-        "under 0.5 s",
-        first["resumed run"].median < 0.5,
+        f"CPU {first['resumed run cpu'].text(' s')}; wall {first['resumed run'].median:.2f} s",
+        "under 0.5 s (judged on CPU time, as above)",
+        first["resumed run cpu"].median < 0.5,
     )
     floor = cli["python -c pass"]
     floor_cpu = cli["python -c pass cpu"]
@@ -299,11 +299,14 @@ def start_up(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str |
                     ),
                     line("`alpineagents show ID` (300 entries)", cli["show"], cli["show cpu"]),
                     line(
-                        "`alpineagents run`: start → first saved entry (new run)", first["new run"]
+                        "`alpineagents run`: start → first saved entry (new run)",
+                        first["new run"],
+                        first["new run cpu"],
                     ),
                     line(
                         "`alpineagents run`: start → first saved entry (resume after SIGKILL)",
                         first["resumed run"],
+                        first["resumed run cpu"],
                     ),
                 ],
             ),

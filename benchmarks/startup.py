@@ -99,6 +99,13 @@ def _lines(path: Path) -> int:
     return data.count(b"\n")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a running process has used so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _wait(condition: Any, what: str) -> float:
     """Poll ``condition`` every millisecond; return the perf_counter time it held."""
     deadline = time.monotonic() + DEADLINE
@@ -110,14 +117,17 @@ def _wait(condition: Any, what: str) -> float:
 
 
 def first_saves(work: Path, rounds: int) -> dict[str, Spread]:
-    """A runner's first saved entry, counted from its process start.
+    """A runner's first saved entry, counted from its process start (keys: wall seconds;
+    ``"<name> cpu"``: the CPU seconds the process had used by then).
 
     Per round: a new run (``run``, its first save creates the State), killed with
     SIGKILL while it waits for the model; then its resume (the load closes the open
     model request with an entry of its own, and the first save writes it).
     """
     store = work / "first-save-runs"
-    figures = {"new run": Spread(), "resumed run": Spread()}
+    figures = {
+        key: Spread() for name in ("new run", "resumed run") for key in (name, f"{name} cpu")
+    }
     with ModelServer() as model:
         env = child_env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="benchmark")
         for round_ in range(rounds + 1):
@@ -133,6 +143,7 @@ def first_saves(work: Path, rounds: int) -> dict[str, Spread]:
             )
             try:
                 saved = _wait(lambda h=history: _lines(h) >= 1, "the new run's first save")
+                saved_cpu = cpu_seconds(first.pid)
                 model.wait_for_requests(asked, timeout=DEADLINE)
             finally:
                 first.send_signal(signal.SIGKILL)
@@ -144,11 +155,14 @@ def first_saves(work: Path, rounds: int) -> dict[str, Spread]:
             )
             try:
                 resumed = _wait(lambda h=history, n=had: _lines(h) > n, "the resumed run's save")
+                resumed_cpu = cpu_seconds(second.pid)
             finally:
                 code = second.wait(timeout=DEADLINE)
             if code != 0:
                 raise AssertionError(f"the resumed run exited {code}")
             if round_:
                 figures["new run"].add(saved - begin)
+                figures["new run cpu"].add(saved_cpu)
                 figures["resumed run"].add(resumed - begin_resume)
+                figures["resumed run cpu"].add(resumed_cpu)
     return figures
