@@ -71,8 +71,9 @@ class Store:
         """Save new entries and the info of a State. Skip entries whose seq you have.
 
         ``create=True`` is the first write of a new State: refuse an id you already have
-        with ``ValueError``, and write all of it or nothing. Without ``create``, an id you
-        do not have raises ``LookupError``.
+        with ``ValueError`` (``StateExistsError`` is one), and write all of it or nothing.
+        Without ``create``, an id you do not have raises ``LookupError``
+        (``StateNotFoundError`` is one).
         """
         self._sync_missing("write")
 
@@ -116,7 +117,10 @@ class Store:
         """Read a saved State and replay its history.
 
         If it was saved in the middle of a turn, the turn is closed with entries of
-        its own (written by the next save). Raises ``LookupError`` for an unknown id.
+        its own (written by the next save): :meth:`State.from_record` does the whole load.
+        Raises :class:`~alpineagents.errors.StateNotFoundError` (a ``LookupError``) for an
+        unknown id, :class:`~alpineagents.errors.StateFormatError` (a ``ValueError``) for
+        a format this version cannot read.
         """
         return self._loaded(state_id, self.read(state_id))
 
