@@ -33,9 +33,16 @@ from alpineagents.pod_contract import (
 )
 
 from .config import OperatorConfig
-from .views import ATTEMPT_LABEL, JSON, RUN_LABEL, STATE_ANNOTATION, AgentRunView, pod_name_for
+from .views import (
+    ATTEMPT_LABEL,
+    CONTAINER_NAME,
+    JSON,
+    RUN_LABEL,
+    STATE_ANNOTATION,
+    AgentRunView,
+    pod_name_for,
+)
 
-CONTAINER_NAME = "agent"
 WORK_DIR = "/work"
 RUN_AS_USER = 65532  # the distroless "nonroot" user
 GRACE_SECONDS = 30

@@ -17,6 +17,7 @@ from alpineagents.pod_contract import GROUP, KIND, VERSION, PendingApproval, Ter
 
 __all__ = [
     "ATTEMPT_LABEL",
+    "CONTAINER_NAME",
     "GROUP",
     "JSON",
     "KIND",
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 PLURAL = "agentruns"
+CONTAINER_NAME = "agent"
+"""The agent pod's one container (the operator names it, and reads its state)."""
 RUN_LABEL = f"{GROUP}/run"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 STATE_ANNOTATION = f"{GROUP}/state-id"
@@ -257,7 +260,7 @@ class PodView:
         return not self.finished
 
     @classmethod
-    def from_pod(cls, pod: Mapping[str, Any], container: str = "agent") -> PodView:
+    def from_pod(cls, pod: Mapping[str, Any], container: str = CONTAINER_NAME) -> PodView:
         meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
         labels = meta.get("labels") or {}
