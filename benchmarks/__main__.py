@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 import tempfile
 import time
@@ -74,8 +75,13 @@ def optional_postgres(page: Page) -> Iterator[str | None]:
         yield None
 
 
+def stop(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # so the servers started here are stopped on the way out
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, stop)
     page = Page()
     began, load_before = time.time(), load_average()
     wanted = options.only or list(SECTIONS)

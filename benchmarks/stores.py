@@ -14,11 +14,9 @@ from alpineagents import Store
 
 
 def minio_store_class() -> Any:
-    """``MinioStore``, from the package layout of this checkout."""
-    try:
-        from alpineagents.stores.s3 import MinioStore
-    except ImportError:
-        from alpineagents.minio_store import MinioStore  # type: ignore[no-redef]
+    """``MinioStore`` (imported when a benchmark needs it: it needs the ``minio`` extra)."""
+    from alpineagents.store.s3 import MinioStore
+
     return MinioStore
 
 
