@@ -17,11 +17,14 @@ from .permissions import AskPerson, Policy, allow_all
 from .state import State, ToolCall, error_text
 from .store import Store
 from .tools import Tool, ToolOutput, as_tool, call, output
+from .toolsets import RunToolsets, Toolset
 
 # The State and call id of the tool call running in this context (for subagents).
 _current_call: contextvars.ContextVar[tuple[State, str]] = contextvars.ContextVar("current_call")
 # The model client of the run in this context: an async client belongs to one event loop.
 _run_client: contextvars.ContextVar[Any] = contextvars.ContextVar("run_client")
+# The toolsets (MCP servers) of the run in this context: opened in its task, closed at its end.
+_run_toolsets: contextvars.ContextVar[RunToolsets] = contextvars.ContextVar("run_toolsets")
 _INTERRUPTS = (KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit)
 
 
@@ -30,6 +33,8 @@ class Agent:
 
     ``run(state)`` (or ``await arun(state)``) loops over the steps ``think``,
     ``use_tools`` and ``compact`` until the model answers, and returns the answer.
+    ``tools`` takes tools and toolsets (``alpineagents.mcp.MCPServer``); a toolset's
+    tools are listed when a run first needs them and kept for the whole run.
     """
 
     def __init__(
@@ -37,7 +42,7 @@ class Agent:
         model: str,
         store: Store | None = None,
         *,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] = (),
         system: str | None = None,
         max_tokens: int = 8192,
         max_turns: int | None = None,
@@ -49,7 +54,11 @@ class Agent:
     ) -> None:
         self.model = model
         self.store = store
-        self.tools = {t.name: t for t in map(as_tool, tools)}
+        given = list(tools)
+        self.toolsets = [t for t in given if isinstance(t, Toolset)]
+        self.tools = {
+            t.name: t for t in map(as_tool, (t for t in given if not isinstance(t, Toolset)))
+        }
         self.system = system
         self.max_tokens = max_tokens
         self.max_turns = max_turns
@@ -117,6 +126,8 @@ class Agent:
 
         state._on_send = save_soon
         client_token = _run_client.set(self._client or _model.default_client())
+        toolsets = RunToolsets(self, self.toolsets)
+        toolsets_token = _run_toolsets.set(toolsets)
         try:
             await self._save(state)  # run starts; refuses a new State whose id is taken
             try:
@@ -142,6 +153,8 @@ class Agent:
             return state.answer
         finally:
             state._running, state._on_send, state._save_error = False, None, None
+            await toolsets.aclose()
+            _run_toolsets.reset(toolsets_token)
             if self._client is None:
                 await _model.close(_run_client.get())
             _run_client.reset(client_token)
@@ -167,7 +180,7 @@ class Agent:
     # ------------------------------------------------------------------ steps
     async def think(self, state: State) -> Message:
         """Ask the model for its next message, saving before and after."""
-        request = self._request(state.messages)
+        request = self._request(state.messages, await self._tools(state))
         state._add("model_request", f"asking {self.model}", {"model": self.model})
         await self._save(state)
         try:
@@ -197,10 +210,11 @@ class Agent:
     async def use_tools(self, state: State) -> None:
         """Run the pending tool calls concurrently, saving each result the moment it arrives."""
         runnable: list[tuple[ToolCall, Tool]] = []
+        tools = await self._tools(state)
         for pending in state.pending_calls:
-            tool = self.tools.get(pending.name)
+            tool = tools.get(pending.name)
             if tool is None:
-                known = ", ".join(sorted(self.tools)) or "none"
+                known = ", ".join(sorted(tools)) or "none"
                 state._add_result(
                     pending, "error", f"(unknown tool {pending.name!r}; tools: {known})"
                 )
@@ -231,7 +245,7 @@ class Agent:
             "Summarize the conversation so far in a few paragraphs, keeping every fact, "
             "decision and open question needed to continue the work."
         )
-        request = self._request([*state.messages[:cut], ask_summary], with_tools=False)
+        request = self._request([*state.messages[:cut], ask_summary], {})
         reply = await _model.ask(self._model_client(), request, self.retry)
         summary = Message.assistant(reply.get("content", [])).text
         state._add("compaction", f"compacted {cut} messages", {"summary": summary, "replaced": cut})
@@ -348,10 +362,17 @@ class Agent:
         finally:
             _current_call.reset(token)
 
+    async def _tools(self, state: State) -> dict[str, Tool]:
+        """The run's tools: this agent's own, plus its toolsets' (opened on first use in a run)."""
+        toolsets = _run_toolsets.get(None)
+        if not self.toolsets or toolsets is None or toolsets.owner is not self:
+            return self.tools
+        return await toolsets.tools(state, self.tools)
+
     def _model_client(self) -> Any:
         return _run_client.get(None) or self._client or _model.default_client()
 
-    def _request(self, messages: list[Message], *, with_tools: bool = True) -> dict[str, Any]:
+    def _request(self, messages: list[Message], tools: dict[str, Tool]) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
@@ -359,8 +380,8 @@ class Agent:
         }
         if self.system:
             request["system"] = self.system
-        if with_tools and self.tools:
-            request["tools"] = [t.to_api() for t in self.tools.values()]
+        if tools:
+            request["tools"] = [t.to_api() for t in tools.values()]
         return request
 
 

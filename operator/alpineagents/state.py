@@ -84,6 +84,19 @@ class Entry:
         )
 
 
+@dataclass(frozen=True)
+class ToolList:
+    """The tools a tool source (an MCP server) listed, as a State's history recorded them.
+
+    ``started`` are the ones the run uses: what the source listed when the run first used
+    it. ``latest`` is what it listed when a run last found its list changed (the same as
+    ``started`` until then). Each tool is ``{"name", "description", "input_schema"}``.
+    """
+
+    started: list[dict[str, Any]]
+    latest: list[dict[str, Any]]
+
+
 @dataclass
 class ToolCall:
     """A tool call the model asked for, as seen by permission policies and tools."""
@@ -116,6 +129,7 @@ class State:
         self.stopped: str | None = None
         self.turns = 0
         self.usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
+        self.tool_lists: dict[str, ToolList] = {}
         # Derived bookkeeping of the open turn.
         self._calls: dict[str, ToolCall] = {}
         self._results: dict[str, Entry] = {}
@@ -272,6 +286,10 @@ class State:
             self.messages[: int(data["replaced"])] = [summary]
         elif kind == "stop":
             self.stopped = str(data["reason"])
+        elif kind == "tools":
+            listed = list(data["tools"])
+            known = self.tool_lists.get(data["source"])
+            self.tool_lists[data["source"]] = ToolList(known.started if known else listed, listed)
 
     def _result_blocks(self) -> list[dict[str, Any]]:
         blocks = []
