@@ -173,7 +173,9 @@ class _Connection:
         try:
             result = await client.call_tool(name, arguments, read_timeout_seconds=server.timeout)
         except MCPError as error:
-            raise MCPToolError(f"{server.title}: {error.message} (MCP error {error.code})") from None
+            raise MCPToolError(
+                f"{server.title}: {error.message} (MCP error {error.code})"
+            ) from None
         except TimeoutError:
             raise MCPToolError(
                 f"{server.title} did not answer within {server.timeout:g}s"
@@ -193,9 +195,7 @@ class _Connection:
             ) as client:
                 listed = await _all_tools(client)
                 allowed = None if server.allow is None else set(server.allow)
-                self.listed = [
-                    _schema(t) for t in listed if allowed is None or t.name in allowed
-                ]
+                self.listed = [_schema(t) for t in listed if allowed is None or t.name in allowed]
                 names = {t.name for t in listed}
                 self.unlisted = [n for n in (server.allow or ()) if n not in names]
                 self._client = client

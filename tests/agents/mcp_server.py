@@ -77,7 +77,9 @@ async def slow(label: str) -> str:
     """Takes its time: answers only when the server stops."""
     record("slow", label=label)
     # stdout is the protocol's own stream under stdio
-    print("slow started", flush=True, file=sys.stdout if options.transport == "http" else sys.stderr)
+    print(
+        "slow started", flush=True, file=sys.stdout if options.transport == "http" else sys.stderr
+    )
     await anyio.sleep_forever()
     return "never"
 
