@@ -173,6 +173,29 @@ def test_an_unreachable_server_fails_the_run_with_a_clear_retryable_reason(
     assert stop.kind == "stop" and "MCPServerUnavailable" in stop.data["error"]
 
 
+def test_a_call_past_the_timeout_is_an_error_result(
+    tmp_path: Path, model_server: ModelServer, mcp_servers: StartServer
+) -> None:
+    server = mcp_servers()
+    model_server.add(reply(tool_use("slow", {"label": "late"})), reply("It timed out."))
+    state = State("late", [Message.user("Count slowly")])
+    agent = agent_for(tmp_path, MCPServer("calc", url=server.url, timeout=2))
+    assert agent.run(state) == "It timed out."
+    assert results(state) == [
+        ("slow", "error", "MCPToolError: MCP server 'calc' did not answer within 2s")
+    ]
+    assert server.calls() == ["slow"]
+
+
+def test_a_stdio_command_missing_from_the_image_is_not_retryable(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
+    files = MCPServer("files", command="no-such-mcp-server-binary")
+    with pytest.raises(ValueError, match="cannot start 'no-such-mcp-server-binary'"):
+        agent_for(tmp_path, files).run(State("missing", [Message.user("Go")]))
+    assert model_server.requests == []
+
+
 def test_a_resumed_run_keeps_the_tools_it_started_with_and_says_the_server_changed(
     tmp_path: Path, model_server: ModelServer, mcp_servers: StartServer
 ) -> None:
