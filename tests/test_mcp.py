@@ -72,6 +72,28 @@ def test_tools_are_listed_called_and_their_list_saved(
     assert loaded.tool_lists["calc"].started == listed[0].data["tools"]
 
 
+def test_a_state_with_tool_lists_stays_format_5_and_replays_the_same_without_them(
+    tmp_path: Path, model_server: ModelServer, mcp_servers: StartServer
+) -> None:
+    server = mcp_servers()
+    model_server.add(reply(tool_use("add", {"a": 1, "b": 1})), reply("2"))
+    agent_for(tmp_path, MCPServer("calc", url=server.url)).run(State("v5", [Message.user("Add")]))
+    record = FileStore(tmp_path).read("v5")
+    assert record is not None and record.info["v"] == 5
+    # What a format 5 reader that predates the tools entry derives: it skips the entry.
+    kept = [e for e in record.entries if e["kind"] != "tools"]
+    without = FileStore(tmp_path / "without")
+    without.write("v5", [{**e, "seq": i} for i, e in enumerate(kept)], record.info, create=True)
+    skipped = without.load("v5")
+    loaded = FileStore(tmp_path).load("v5")
+    assert (skipped.messages, skipped.answer, skipped.turns) == (
+        loaded.messages,
+        loaded.answer,
+        loaded.turns,
+    )
+    assert skipped.tool_lists == {} and list(loaded.tool_lists) == ["calc"]
+
+
 def test_a_stdio_server_is_started_by_the_run(tmp_path: Path, model_server: ModelServer) -> None:
     calls = tmp_path / "stdio-calls.txt"
     command, *args = stdio_server_command(calls)
