@@ -46,6 +46,8 @@ _SECRET_ENV = (
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
 )
+# MCP servers' headers and env from Secrets (alpineagents.mcp_spec.secret_variable).
+_SECRET_ENV_PREFIX = "ALPINEAGENTS_MCP_"
 
 
 class ToolFailed(Exception):
@@ -124,7 +126,11 @@ def _run_command(root: Path, command: str, timeout: float) -> str:
     if not isinstance(command, str) or not command.strip():
         raise ToolFailed("command must be a non-empty string")
     limit = min(max(float(timeout), 0.1), SHELL_MAX_TIMEOUT)
-    env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _SECRET_ENV and not k.startswith(_SECRET_ENV_PREFIX)
+    }
     process = subprocess.Popen(
         ["/bin/sh", "-c", command],
         cwd=root,
