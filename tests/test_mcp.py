@@ -319,3 +319,11 @@ def test_the_headers_reach_the_server_and_stay_out_of_repr(
 def test_a_bad_server_config_is_refused_at_once(options: dict[str, Any], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         MCPServer("calc", **options)
+
+
+def test_a_step_called_outside_a_run_says_the_servers_open_only_in_run(tmp_path: Path) -> None:
+    import asyncio
+
+    agent = agent_for(tmp_path, MCPServer("calc", url="http://127.0.0.1:9/mcp"))
+    with pytest.raises(RuntimeError, match="open only while it runs"):
+        asyncio.run(agent.think(State("alone", [Message.user("Go")])))

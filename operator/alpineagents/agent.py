@@ -364,9 +364,14 @@ class Agent:
 
     async def _tools(self, state: State) -> dict[str, Tool]:
         """The run's tools: this agent's own, plus its toolsets' (opened on first use in a run)."""
-        toolsets = _run_toolsets.get(None)
-        if not self.toolsets or toolsets is None or toolsets.owner is not self:
+        if not self.toolsets:
             return self.tools
+        toolsets = _run_toolsets.get(None)
+        if toolsets is None or toolsets.owner is not self:
+            raise RuntimeError(
+                "this Agent's toolsets (MCP servers) are open only while it runs: call "
+                "run(state) or arun(state) rather than think or use_tools on their own"
+            )
         return await toolsets.tools(state, self.tools)
 
     def _model_client(self) -> Any:
