@@ -69,8 +69,7 @@ class ToolsetUnavailable(Exception):
 class RunToolsets:
     """The toolsets of one run: opened on first use, recorded in the State, closed at the end."""
 
-    def __init__(self, owner: object, toolsets: Sequence[Toolset]) -> None:
-        self.owner = owner
+    def __init__(self, toolsets: Sequence[Toolset]) -> None:
         self.toolsets = list(toolsets)
         self._stack = AsyncExitStack()
         self._tools: dict[str, Tool] | None = None
@@ -116,7 +115,7 @@ def _recorded(state: State, toolset: Toolset, opened: OpenToolset) -> list[dict[
                 f"{toolset.title} has no tool {names} (its tools: {offered}); fix its allow-list"
             )
         names = ", ".join(str(s["name"]) for s in listed) or "none"
-        state._add("tools", f"tools of {toolset.title}: {names}", _entry(toolset, listed))
+        state.add("tools", f"tools of {toolset.title}: {names}", _entry(toolset, listed))
         return listed
     if _same(listed, known.latest):
         return known.started
@@ -126,7 +125,7 @@ def _recorded(state: State, toolset: Toolset, opened: OpenToolset) -> list[dict[
         f"the tools it started with"
     )
     _log.warning("State %r: %s", state.id, text)
-    state._add("tools", excerpt(text, 500), _entry(toolset, listed))
+    state.add("tools", excerpt(text, 500), _entry(toolset, listed))
     return known.started
 
 
