@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .pod_contract import ENV_MCP_PREFIX
 from .tools import Tool
 
 NAMES = ("fetch_url", "read_file", "shell", "write_file")
@@ -46,8 +47,6 @@ _SECRET_ENV = (
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
 )
-# MCP servers' headers and env from Secrets (alpineagents.mcp_spec.secret_variable).
-_SECRET_ENV_PREFIX = "ALPINEAGENTS_MCP_"
 
 
 class ToolFailed(Exception):
@@ -129,7 +128,7 @@ def _run_command(root: Path, command: str, timeout: float) -> str:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in _SECRET_ENV and not k.startswith(_SECRET_ENV_PREFIX)
+        if k not in _SECRET_ENV and not k.startswith(ENV_MCP_PREFIX)
     }
     process = subprocess.Popen(
         ["/bin/sh", "-c", command],

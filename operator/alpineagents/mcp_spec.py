@@ -19,10 +19,10 @@
             secretKeyRef: {name: files-mcp, key: token}
 
 Secret values never appear in the spec: each ``secretKeyRef`` is read from a variable of
-the runner's environment named by :func:`secret_variable` (e.g.
-``ALPINEAGENTS_MCP_CALC_HEADER_AUTHORIZATION``), which the operator sets in the pod from
-the Secret (:func:`secret_refs`) and which a person running ``alpineagents run`` locally
-sets by hand.
+the runner's environment (``ALPINEAGENTS_MCP_CALC_HEADER_AUTHORIZATION``; the naming is
+the pod contract's :func:`~alpineagents.pod_contract.mcp_secret_variable`), which the
+operator sets in the pod from the Secret and a person running ``alpineagents run``
+elsewhere exports by hand.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .mcp import DEFAULT_TIMEOUT, MCPServer
+from .pod_contract import SecretRef, mcp_secret_variable
 
 FIELD = "mcpServers"
 MAX_TIMEOUT = 3600.0
@@ -51,15 +52,6 @@ class MCPSpecError(ValueError):
 
 
 @dataclass(frozen=True)
-class SecretRef:
-    """A value kept in a Secret, and the variable that carries it into the runner."""
-
-    variable: str
-    secret: str
-    key: str
-
-
-@dataclass(frozen=True)
 class MCPServerSpec:
     """One checked ``spec.mcpServers`` item; its secrets are references, not values."""
 
@@ -71,16 +63,6 @@ class MCPServerSpec:
     env: tuple[tuple[str, str | SecretRef], ...] = ()
     tools: tuple[str, ...] | None = None
     timeout: float = DEFAULT_TIMEOUT
-
-
-def secret_variable(server: str, kind: str, name: str) -> str:
-    """The runner's variable holding a server's header or env value from a Secret."""
-    return "_".join(
-        [
-            "ALPINEAGENTS_MCP",
-            *(re.sub(r"[^A-Za-z0-9]", "_", p).upper() for p in (server, kind, name)),
-        ]
-    )
 
 
 def parse_mcp_servers(spec: Mapping[str, Any], where: str = "spec") -> tuple[MCPServerSpec, ...]:
@@ -130,27 +112,7 @@ def mcp_servers(
     return servers
 
 
-def secret_refs(spec: Mapping[str, Any]) -> list[SecretRef]:
-    """Every Secret reference of ``spec.mcpServers``, for the pod's environment.
-
-    Lenient: items the runner would refuse are skipped (the runner says what is wrong).
-    """
-    refs: list[SecretRef] = []
-    servers = spec.get(FIELD)
-    for server in servers if isinstance(servers, list) else []:
-        if not isinstance(server, Mapping) or not isinstance(server.get("name"), str):
-            continue
-        for kind in ("headers", "env"):
-            items = server.get(kind)
-            for item in items if isinstance(items, list) else []:
-                ref = item.get("secretKeyRef") if isinstance(item, Mapping) else None
-                if isinstance(ref, Mapping) and isinstance(item.get("name"), str):
-                    variable = secret_variable(server["name"], _KINDS[kind], item["name"])
-                    refs.append(SecretRef(variable, str(ref.get("name")), str(ref.get("key"))))
-    return refs
-
-
-_KINDS = {"headers": "header", "env": "env"}
+_KINDS: dict[str, Literal["header", "env"]] = {"headers": "header", "env": "env"}
 _FIELDS = ("name", "url", "headers", "command", "args", "env", "tools", "timeoutSeconds")
 
 
@@ -240,7 +202,7 @@ def _named_values(
                 isinstance(ref.get(k), str) and ref.get(k) for k in ("name", "key")
             ):
                 raise MCPSpecError(f"{here}.secretKeyRef", "needs the Secret's name and key")
-            variable = secret_variable(server, _KINDS[field], name)
+            variable = mcp_secret_variable(server, _KINDS[field], name)
             if variable in variables:
                 raise MCPSpecError(f"{here}.name", f"{name!r} is given twice")
             variables.add(variable)

@@ -6,13 +6,8 @@ from typing import Any
 
 import pytest
 
-from alpineagents.mcp_spec import (
-    MCPSpecError,
-    SecretRef,
-    mcp_servers,
-    parse_mcp_servers,
-    secret_refs,
-)
+from alpineagents.mcp_spec import MCPSpecError, mcp_servers, parse_mcp_servers
+from alpineagents.pod_contract import SecretRef, mcp_secret_refs
 
 SPEC: dict[str, Any] = {
     "mcpServers": [
@@ -56,11 +51,11 @@ def test_a_spec_becomes_servers_with_their_secrets_from_the_environment() -> Non
 
 
 def test_the_pod_gets_each_secret_reference_as_a_variable() -> None:
-    assert secret_refs(SPEC) == [
+    assert mcp_secret_refs(SPEC) == [
         SecretRef("ALPINEAGENTS_MCP_CALC_HEADER_AUTHORIZATION", "calc-mcp", "token"),
         SecretRef("ALPINEAGENTS_MCP_LOCAL_FILES_ENV_FILES_TOKEN", "files", "token"),
     ]
-    assert secret_refs({"mcpServers": [{"name": 3}, "x", {"name": "a", "headers": 5}]}) == []
+    assert mcp_secret_refs({"mcpServers": [{"name": 3}, "x", {"name": "a", "headers": 5}]}) == []
 
 
 def test_a_missing_secret_variable_names_it_and_its_secret() -> None:
