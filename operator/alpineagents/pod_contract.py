@@ -66,7 +66,8 @@ class ExitCode(enum.IntEnum):
     """A retry cannot help: bad spec, unknown tool, the ``agent`` factory does not
     import, a model request the API refuses (4xx), a State saved in an unreadable format."""
     RETRYABLE = 75
-    """The model or the store is unavailable, or another error a retry may fix."""
+    """The model, the store or an MCP server is unavailable, or another error a retry may
+    fix."""
     WAITING_FOR_APPROVAL = 76
     """Saved and stopped: tool calls wait for a person's answer (``spec.approvals``)."""
     MAX_TURNS = 77

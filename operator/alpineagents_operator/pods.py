@@ -10,9 +10,11 @@ directory ``/work``.
 Environment (the runner's contract, :mod:`alpineagents.pod_contract`): ``ALPINEAGENTS_SPEC`` (the
 AgentRun's spec as JSON), ``ALPINEAGENTS_STORE``, ``ALPINEAGENTS_STATE_ID``,
 ``ANTHROPIC_API_KEY`` and the store credentials from Secrets (``secretKeyRef``),
-``ANTHROPIC_BASE_URL`` when the operator has one, and ``TERMINATION_MESSAGE_PATH``. The
-AgentRun's own ``spec.env`` may override the model and store variables, not the
-``ALPINEAGENTS_*`` ones nor ``TERMINATION_MESSAGE_PATH``.
+``ANTHROPIC_BASE_URL`` when the operator has one, ``TERMINATION_MESSAGE_PATH``, and one
+``ALPINEAGENTS_MCP_*`` variable per Secret reference of ``spec.mcpServers`` (a header or a
+stdio server's env value, ``secretKeyRef``: the value never passes through the
+AgentRun). The AgentRun's own ``spec.env`` may override the model and store variables,
+not the ``ALPINEAGENTS_*`` ones nor ``TERMINATION_MESSAGE_PATH``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from alpineagents.pod_contract import (
     ENV_TERMINATION_MESSAGE_PATH,
     KIND,
     TERMINATION_MESSAGE_PATH,
+    mcp_secret_refs,
 )
 
 from .config import OperatorConfig
@@ -157,6 +160,7 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         {"name": ENV_ATTEMPT, "value": str(attempt)},
         {"name": ENV_TERMINATION_MESSAGE_PATH, "value": TERMINATION_MESSAGE_PATH},
     ]
+    ours.extend(_secret_env(ref.variable, ref.secret, ref.key) for ref in mcp_secret_refs(run.spec))
     if config.anthropic_secret:
         ours.append(
             _secret_env("ANTHROPIC_API_KEY", config.anthropic_secret, config.anthropic_secret_key)

@@ -138,6 +138,37 @@ def test_the_agentrun_shapes_its_pod() -> None:
     assert spec["affinity"] == {"nodeAffinity": {}}
 
 
+def test_mcp_server_secrets_reach_the_pod_by_reference_and_cannot_be_overridden() -> None:
+    token = {"name": "github-mcp", "key": "token"}
+    run = agentrun(
+        mcpServers=[
+            {
+                "name": "github",
+                "url": "http://github-mcp:8080/mcp",
+                "headers": [{"name": "Authorization", "secretKeyRef": token}],
+            },
+            {
+                "name": "files",
+                "command": ["files-mcp"],
+                "env": [
+                    {"name": "LEVEL", "value": "debug"},
+                    {"name": "FILES_TOKEN", "secretKeyRef": {"name": "files", "key": "t"}},
+                ],
+            },
+        ],
+        env=[{"name": "ALPINEAGENTS_MCP_GITHUB_HEADER_AUTHORIZATION", "value": "Bearer forged"}],
+    )
+    env = env_of(pod_manifest(run, 1, CONFIG))
+    assert env["ALPINEAGENTS_MCP_GITHUB_HEADER_AUTHORIZATION"] == {"secretKeyRef": token}
+    assert env["ALPINEAGENTS_MCP_FILES_ENV_FILES_TOKEN"] == {
+        "secretKeyRef": {"name": "files", "key": "t"}
+    }
+    assert [name for name in env if name.startswith("ALPINEAGENTS_MCP_")] == [
+        "ALPINEAGENTS_MCP_GITHUB_HEADER_AUTHORIZATION",
+        "ALPINEAGENTS_MCP_FILES_ENV_FILES_TOKEN",
+    ]  # plain values stay in the spec; only Secret references become variables
+
+
 def test_no_secret_refs_when_none_are_configured() -> None:
     env = env_of(pod_manifest(agentrun(), 1, OperatorConfig(anthropic_secret="")))
     assert "ANTHROPIC_API_KEY" not in env and "AWS_ACCESS_KEY_ID" not in env

@@ -35,6 +35,7 @@ from ..pod_contract import (
 from ..state import State, error_text
 from ..store.base import Store
 from ..store.url import open_store
+from ..toolsets import ToolsetUnavailable
 from .build import build_agent
 from .progress import LoggedStore, ProgressLog
 from .spec import Approval, RunPlan, SpecError, parse_spec, read_manifest, spec_from_environment
@@ -274,6 +275,8 @@ class _Run:
             return self.result(
                 ExitCode.RETRYABLE, "retryable", f"model unavailable: {error_text(error)}"
             )
+        if isinstance(error, ToolsetUnavailable):
+            return self.result(ExitCode.RETRYABLE, "retryable", f"tools unavailable: {error}")
         if isinstance(error, TypeError | ValueError):
             # The State, Agent or store do not fit together (e.g. an async-only store).
             return self.result(ExitCode.NOT_RETRYABLE, "failed", error_text(error))
