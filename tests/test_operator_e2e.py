@@ -499,3 +499,49 @@ def test_a_run_whose_node_is_lost_resumes_on_another_node(
     finally:
         first.stop()
         second.stop()
+
+
+# ------------------------------------------------------------------------------ MCP
+def test_an_mcp_header_comes_from_a_secret_through_the_pod(
+    bench: Bench, markers: Path, mcp_servers: Callable[..., Any]
+) -> None:
+    server = mcp_servers()
+    name = run_name()
+    token = f"Bearer {uuid.uuid4().hex}"
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{name}-mcp", "namespace": NAMESPACE},
+        "stringData": {"authorization": token},
+    }
+    bench.plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(secret))
+    reference = {"name": f"{name}-mcp", "key": "authorization"}
+    calc = {
+        "name": "calc",
+        "url": server.url,
+        "headers": [{"name": "Authorization", "secretKeyRef": reference}],
+        "tools": ["whoami"],
+    }
+    bench.apply(name, markers, prompt="Who am I?\nuse whoami", mcpServers=[calc])
+    done = status(bench.wait_phase(name, "Succeeded"))
+    assert done["answer"] == f"whoami returned: {token}"
+    assert server.calls() == ["whoami"]
+    (pod,) = bench.pods(name)
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["ALPINEAGENTS_MCP_CALC_HEADER_AUTHORIZATION"] == {
+        "name": "ALPINEAGENTS_MCP_CALC_HEADER_AUTHORIZATION",
+        "valueFrom": {"secretKeyRef": reference},
+    }
+    # Only the answer (the tool echoes it) holds the value; never a spec.
+    assert token not in json.dumps(pod["spec"]) and token not in json.dumps(bench.run(name)["spec"])
+
+
+def test_an_unreachable_mcp_server_is_a_retryable_loss_in_status(
+    bench: Bench, markers: Path
+) -> None:
+    name = run_name()
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    calc = {"name": "calc", "url": url, "timeoutSeconds": 20}
+    bench.apply(name, markers, prompt="Add", mcpServers=[calc], restartPolicy={"maxRestarts": 0})
+    failed = status(bench.wait_phase(name, "Failed"))
+    assert f"tools unavailable: MCP server 'calc' at {url} cannot be reached" in json.dumps(failed)
