@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol, cast
 
+from . import collection
 from .errors import StateFormatError
 from .messages import Message, excerpt
 
@@ -208,10 +209,11 @@ class State:
         entries, info = record
         _check_format(state_id, info)
         state = cls(state_id, parent_id=info.get("parent_id"))
-        for raw in _ordered(state_id, list(entries)):
-            entry = Entry.from_dict(raw)
-            state.history.append(entry)
-            state._replay(entry)
+        with collection.paused():
+            for raw in _ordered(state_id, list(entries)):
+                entry = Entry.from_dict(raw)
+                state.history.append(entry)
+                state._replay(entry)
         state.loaded_entries = len(state.history)
         state.close_open_turn(None)
         return state
