@@ -18,6 +18,9 @@ from .state import READABLE_FORMATS, State
 
 T = TypeVar("T")
 
+SEALED = "sealed"
+"""The field holding the ciphertext of an entry or info saved through an EncryptedStore."""
+
 
 class Record(NamedTuple):
     """What a store gives back for one State: its entries (as dicts) and its info."""
@@ -56,6 +59,11 @@ class StateInfo:
 
 def check_format(state_id: str, info: dict[str, Any]) -> None:
     """Refuse a State saved in a format this version cannot read (the one place that knows)."""
+    if SEALED in info:
+        raise ValueError(
+            f"State {state_id!r} is encrypted: read it through an EncryptedStore (store URL "
+            f"option encrypted=true) with its keys in ALPINEAGENTS_ENCRYPTION_KEYS"
+        )
     version = info.get("v")
     if version not in READABLE_FORMATS:
         readable = " and ".join(str(v) for v in READABLE_FORMATS)

@@ -7,6 +7,9 @@
   ``s3.amazonaws.com``), ``secure`` (default true), ``region`` (default ``$AWS_REGION``,
   ``$AWS_DEFAULT_REGION`` or ``us-east-1``), ``timeout`` and ``retry_budget`` (seconds),
   ``create_bucket`` (default true).
+- Either kind takes ``encrypted=true``: the store is wrapped in an
+  :class:`~alpineagents.encryption.EncryptedStore` with the keys in
+  ``ALPINEAGENTS_ENCRYPTION_KEYS`` (or ``ALPINEAGENTS_ENCRYPTION_KEYS_FILE``).
 
 Credentials never go in the URL (it ends up in logs and resource specs); they come from
 the environment: ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (and
@@ -21,7 +24,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from .file_store import FileStore
 from .store import Store
@@ -49,6 +52,23 @@ def open_store(url: str, env: Mapping[str, str] | None = None) -> Store:
     env = os.environ if env is None else env
     if not url:
         raise ValueError("a store URL must not be empty: use a path, file:///path or s3://")
+    url, encrypted = _encryption_option(url)
+    store = _plain_store(url, env)
+    if not encrypted:
+        return store
+    from .encryption import EncryptedStore, Keyring  # needs the optional `cryptography`
+
+    keyring = Keyring.from_env(env)
+    if keyring is None:
+        raise ValueError(
+            f"store URL {redact(url)!r} asks for encryption (encrypted=true) but "
+            f"ALPINEAGENTS_ENCRYPTION_KEYS (or ALPINEAGENTS_ENCRYPTION_KEYS_FILE) is not set: "
+            f"give the keys (python -m alpineagents.encryption new-key ID makes one)"
+        )
+    return EncryptedStore(store, keyring)
+
+
+def _plain_store(url: str, env: Mapping[str, str]) -> Store:
     if not _HAS_SCHEME.match(url):
         return FileStore(Path(url).expanduser())
     parts = urlsplit(url)
@@ -80,6 +100,19 @@ def redact(url: str) -> str:
         return url
     host = parts.netloc.rsplit("@", 1)[1]
     return urlunsplit(parts._replace(netloc="***@" + host))
+
+
+def _encryption_option(url: str) -> tuple[str, bool]:
+    """``url`` without its ``encrypted`` option, and whether that option was true."""
+    if not _HAS_SCHEME.match(url):
+        return url, False
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    chosen = [value for name, value in pairs if name == "encrypted"]
+    if not chosen:
+        return url, False
+    rest = urlencode([(name, value) for name, value in pairs if name != "encrypted"])
+    return urlunsplit(parts._replace(query=rest)), _flag(chosen[-1], "encrypted", url)
 
 
 def _s3_store(url: str, env: Mapping[str, str]) -> MinioStore:
