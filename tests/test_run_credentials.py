@@ -7,10 +7,13 @@ everywhere else.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
 import time
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,8 @@ from minio.error import S3Error
 from alpineagents import Message, State
 from alpineagents.minio_store import MinioStore
 from alpineagents.store_url import open_store
+from alpineagents_operator.config import OperatorConfig
+from alpineagents_operator.credential_issuer import RunCredentialIssuer
 from alpineagents_operator.run_credentials import (
     CredentialsRefused,
     CredentialsUnavailable,
@@ -32,7 +37,7 @@ from alpineagents_operator.run_credentials import (
     renew_at,
     run_policy,
 )
-from alpineagents_operator.views import AgentRunView
+from alpineagents_operator.views import JSON, AgentRunView, PodView
 from tests.bench.infra import free_port
 from tests.bench.minio_server import S3Server
 
@@ -303,7 +308,7 @@ def test_the_secret_is_owned_by_the_run_and_says_when_it_expires() -> None:
     assert secret["metadata"]["annotations"] == {
         "alpineagents.dev/expires-at": "2026-03-01T12:00:00Z"
     }
-    assert secret["stringData"] == {
+    assert {k: base64.b64decode(v).decode() for k, v in secret["data"].items()} == {
         "AWS_ACCESS_KEY_ID": "AK",
         "AWS_SECRET_ACCESS_KEY": "SK",
         "AWS_SESSION_TOKEN": "TOKEN",
@@ -314,3 +319,128 @@ def test_the_secret_is_owned_by_the_run_and_says_when_it_expires() -> None:
 
 def minio_keys(server: S3Server, bucket: str) -> list[str]:
     return [str(o.object_name) for o in server.client().list_objects(bucket, recursive=True)]
+
+
+# ------------------------------------------------------------------ the operator's issuer
+@pytest.fixture
+def cluster_namespace(control_plane: Any) -> Iterator[tuple[Any, str]]:
+    """A Cluster on the bench's kube-apiserver, and a fresh namespace in it."""
+    from kubernetes import client
+
+    from alpineagents_operator.cluster import Cluster
+
+    api_client = control_plane.api_client()
+    core = client.CoreV1Api(api_client)
+    name = f"creds-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield Cluster(api_client), name
+    finally:
+        core.delete_namespace(name)
+
+
+def agentrun_body(namespace: str, store: str, attempt: int = 1) -> JSON:
+    return {
+        "apiVersion": "alpineagents.dev/v1",
+        "kind": "AgentRun",
+        "metadata": {"name": "triage", "namespace": namespace, "uid": str(uuid.uuid4())},
+        "spec": {"store": store},
+        "status": {"attempt": attempt, "phase": "Running"},
+    }
+
+
+def running_pod(run: AgentRunView) -> PodView:
+    return PodView(name=f"{run.name}-{run.status.attempt}", owner_uid=run.uid, phase="Running")
+
+
+def secret_of(cluster_namespace: tuple[Any, str]) -> tuple[dict[str, str], dict[str, str]]:
+    from kubernetes import client
+
+    cluster, namespace = cluster_namespace
+    core = client.CoreV1Api(cluster._api_client)
+    secret = core.read_namespaced_secret("triage-store-credentials", namespace)
+    data = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
+    return data, dict(secret.metadata.annotations or {})
+
+
+async def test_the_issuer_writes_the_runs_secret_and_renews_it_when_due(
+    minio: S3Server, minio_bucket: str, cluster_namespace: tuple[Any, str]
+) -> None:
+    cluster, namespace = cluster_namespace
+    url = f"s3://{minio_bucket}/runs?endpoint={minio.endpoint}&secure=false"
+    env = {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key}
+    now = [datetime.now(UTC)]
+    config = OperatorConfig(store=url, run_credentials_seconds=900)
+    issuer = RunCredentialIssuer(config, cluster, env=env, clock=lambda: now[0])
+    body = agentrun_body(namespace, url)
+    run = AgentRunView.from_body(body)
+
+    assert await issuer.before_pod(run, body) is None
+    first, annotations = secret_of(cluster_namespace)
+    assert set(first) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
+    assert first["AWS_ACCESS_KEY_ID"] != minio.access_key
+    assert "alpineagents.dev/expires-at" in annotations
+    # The Secret's credentials are this run's: they save its State.
+    saved = save_a_state(store_with(minio, minio_bucket, as_credentials(first)), run.state_id, "x")
+    assert saved.saved_entries == 1
+
+    # Not due yet: nothing minted; due in about half the lifetime.
+    wait = await issuer.renew_if_due(run, [running_pod(run)])
+    assert wait is not None and 400 < wait <= 450
+    assert secret_of(cluster_namespace)[0] == first
+    # Past the renewal time: new credentials in the same Secret.
+    now[0] += timedelta(seconds=wait + 1)
+    again = await issuer.renew_if_due(run, [running_pod(run)])
+    assert again is not None and again >= 60
+    renewed, _ = secret_of(cluster_namespace)
+    assert renewed["AWS_ACCESS_KEY_ID"] != first["AWS_ACCESS_KEY_ID"]
+    # A run with no live pod gets nothing renewed.
+    assert await issuer.renew_if_due(run, []) is None
+    # Each new pod (a resume) gets new credentials too.
+    assert await issuer.before_pod(run, body) is None
+    assert secret_of(cluster_namespace)[0]["AWS_ACCESS_KEY_ID"] != renewed["AWS_ACCESS_KEY_ID"]
+
+
+async def test_the_issuer_never_overwrites_a_secret_that_is_not_the_runs(
+    minio: S3Server, minio_bucket: str, cluster_namespace: tuple[Any, str]
+) -> None:
+    from kubernetes import client
+
+    cluster, namespace = cluster_namespace
+    core = client.CoreV1Api(cluster._api_client)
+    core.create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": "triage-store-credentials"}, "stringData": {"mine": "keep"}},
+    )
+    url = f"s3://{minio_bucket}/runs?endpoint={minio.endpoint}&secure=false"
+    env = {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key}
+    issuer = RunCredentialIssuer(OperatorConfig(store=url), cluster, env=env)
+    body = agentrun_body(namespace, url)
+    problem = await issuer.before_pod(AgentRunView.from_body(body), body)
+    assert problem is not None and "does not belong to this AgentRun" in problem
+    assert secret_of(cluster_namespace)[0] == {"mine": "keep"}
+
+
+async def test_shared_credentials_bring_one_warning_event(
+    minio: S3Server, cluster_namespace: tuple[Any, str]
+) -> None:
+    from kubernetes import client
+
+    cluster, namespace = cluster_namespace
+    url = f"s3://{minio.bucket}/runs?endpoint={minio.endpoint}&secure=false"
+    issuer = RunCredentialIssuer(OperatorConfig(store=url, run_credentials="shared"), cluster)
+    for _ in range(3):
+        body = agentrun_body(namespace, url)
+        assert await issuer.before_pod(AgentRunView.from_body(body), body) is None
+    events = client.CoreV1Api(cluster._api_client).list_namespaced_event(namespace).items
+    assert [(e.type, e.reason) for e in events] == [("Warning", "SharedStoreCredentials")]
+    assert "every run pod holds the store's key" in events[0].message
+
+
+def as_credentials(data: dict[str, str]) -> RunCredentials:
+    return RunCredentials(
+        data["AWS_ACCESS_KEY_ID"],
+        data["AWS_SECRET_ACCESS_KEY"],
+        data["AWS_SESSION_TOKEN"],
+        datetime.now(UTC) + HOUR,
+    )

@@ -218,7 +218,7 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
             {"name": f"{key}_FILE", "value": f"{CREDENTIALS_MOUNT}/{key}"}
             for key in CREDENTIALS_KEYS
         ]
-    elif config.store_secret:
+    elif config.store_secret and not config.per_run_credentials:
         ours.append(_secret_env("AWS_ACCESS_KEY_ID", config.store_secret, config.store_access_key))
         ours.append(
             _secret_env("AWS_SECRET_ACCESS_KEY", config.store_secret, config.store_secret_key)

@@ -22,6 +22,7 @@ that has AssumeRole: MinIO, AWS S3 (give a role ARN), SeaweedFS with its IAM/STS
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import xml.etree.ElementTree as ElementTree
@@ -82,7 +83,7 @@ class RunCredentials:
     expires_at: datetime
 
     def secret_data(self) -> dict[str, str]:
-        """The Secret's ``stringData``: one file each in the pod."""
+        """The Secret's keys and values: one file each in the pod."""
         return dict(
             zip(
                 CREDENTIALS_KEYS,
@@ -252,7 +253,10 @@ def credentials_secret(run: AgentRunView, credentials: RunCredentials) -> JSON:
             "annotations": {EXPIRES_ANNOTATION: _format(credentials.expires_at)},
             "ownerReferences": [owner_reference(run)],
         },
-        "stringData": credentials.secret_data(),
+        "data": {
+            key: base64.b64encode(value.encode()).decode()
+            for key, value in credentials.secret_data().items()
+        },
     }
 
 
