@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from alpineagents.store_url import open_store
+from alpineagents import open_store
 from alpineagents.testing import ModelServer
 from tests.bench.control_plane import ControlPlane
 from tests.bench.infra import free_port
@@ -323,7 +323,7 @@ def test_a_run_pod_holds_credentials_for_its_own_run_only(bench: Bench, markers:
     from minio import Minio
     from minio.error import S3Error
 
-    from alpineagents.file_store import encode_id
+    from alpineagents.store.base import encode_id
 
     other = run_name()
     release(markers, "other")

@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 
 from .cluster import Cluster, SecretConflict
 from .config import OperatorConfig
+from .decide import RunEvent
 from .pods import store_url, uses_run_credentials
-from .reconcile import RunEvent
 from .run_credentials import (
     CredentialsRefused,
     CredentialsUnavailable,

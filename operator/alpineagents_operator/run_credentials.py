@@ -33,8 +33,8 @@ from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
-from alpineagents.file_store import encode_id
-from alpineagents.store_url import s3_credentials, s3_location
+from alpineagents.store.base import encode_id
+from alpineagents.store.url import s3_credentials, s3_location
 
 from .config import MAX_CREDENTIALS_SECONDS, MIN_CREDENTIALS_SECONDS
 from .pods import CREDENTIALS_KEYS, owner_reference, run_labels

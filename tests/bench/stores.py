@@ -5,10 +5,10 @@ Fixtures:
 - ``store`` (function), parametrized with ids ``file``, ``memory``, ``minio``,
   ``seaweedfs``, ``file+encrypted``, ``minio+encrypted``, ``seaweedfs+encrypted``: a fresh
   empty :class:`~alpineagents.Store`. ``file`` is a FileStore in ``tmp_path``; ``memory``
-  the spec page's MemoryStore (``tests/spec``, copied verbatim); ``minio``/``seaweedfs`` a
-  MinioStore with prefix ``runs/`` in a fresh bucket of the session server (started only
+  the spec page's MemoryStore, as ``alpineagents.testing`` ships it; ``minio``/``seaweedfs``
+  a MinioStore with prefix ``runs/`` in a fresh bucket of the session server (started only
   when a test of that id runs); ``+encrypted`` that store in an EncryptedStore with
-  :data:`TEST_KEYRING`.
+  :data:`TEST_KEYRING_TEXT`.
 - ``s3`` (function), parametrized with ids ``minio``, ``seaweedfs``: an :class:`S3Place`,
   a fresh bucket on that server, to make MinioStores with the options a test needs.
 """
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from alpineagents import FileStore, Store
+from alpineagents.testing import MemoryStore
 from tests.bench.minio_server import S3Server
-from tests.spec import memory_store_class
 
 STORE_KINDS = (
     "file",
@@ -63,7 +63,7 @@ class S3Place:
 
         ``options`` go to ``MinioStore.connect`` (``retry_budget``, ``timeout``, ...).
         """
-        from alpineagents.minio_store import MinioStore
+        from alpineagents.store.s3 import MinioStore
 
         return MinioStore.connect(
             self.server.endpoint,
@@ -99,11 +99,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if kind == "file":
         inner = FileStore(tmp_path / "runs")
     elif kind == "memory":
-        inner = memory_store_class()()
+        inner = MemoryStore()
     else:
         inner = _s3_place(request, kind).store()
     if wrapper == "encrypted":
-        from alpineagents.encryption import EncryptedStore, Keyring
+        from alpineagents.store.encrypted import EncryptedStore, Keyring
 
         yield EncryptedStore(inner, Keyring.from_text(TEST_KEYRING_TEXT))
     else:
