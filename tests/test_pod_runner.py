@@ -369,6 +369,56 @@ def test_missing_secret_holds_the_container_until_it_exists(
     assert _main_status(pod)["state"]["terminated"]["message"] == "t0k"
 
 
+# Reads the mounted key once, says so, waits for it to change, and reports both values.
+_FOLLOWS_A_SECRET_FILE = """
+import os, pathlib, time
+path = pathlib.Path(os.environ["TOKEN_FILE"])
+first = path.read_text()
+pathlib.Path(os.environ["READY"]).write_text(first)
+while path.read_text() == first:
+    time.sleep(0.05)
+open(os.environ["TERMINATION_MESSAGE_PATH"], "w").write(first + " then " + path.read_text())
+"""
+
+
+@pytest.mark.bench_infra
+def test_a_secret_volume_reaches_the_process_and_follows_the_secret(
+    pod_runner: PodRunner, api: Any, core: Any, namespace: str, tmp_path: Path
+) -> None:
+    env, ready, _ = _files_env(tmp_path)
+    env.append({"name": "TOKEN_FILE", "value": "/var/run/secrets/app/token"})
+    pod = _pod(
+        "mounts",
+        _FOLLOWS_A_SECRET_FILE,
+        env=env,
+        volumeMounts=[{"name": "creds", "mountPath": "/var/run/secrets/app", "readOnly": True}],
+    )
+    pod["spec"]["volumes"] = [{"name": "creds", "secret": {"secretName": "app-creds"}}]
+    _create(core, namespace, pod)
+    waiting = wait_for_pod(
+        api,
+        namespace,
+        "mounts",
+        lambda p: (
+            p is not None
+            and any(
+                s["state"].get("waiting", {}).get("reason") == "ContainerCreating"
+                and "app-creds" in s["state"]["waiting"].get("message", "")
+                for s in p["status"].get("containerStatuses") or []
+            )
+        ),
+    )
+    assert waiting is not None and waiting["status"]["phase"] == "Pending"
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "app-creds"}, "stringData": {"token": "first"}}
+    )
+    _eventually(ready.exists, "the process to read the mounted file")
+    assert ready.read_text() == "first"
+    core.patch_namespaced_secret("app-creds", namespace, {"stringData": {"token": "second"}})
+    done = wait_for_pod(api, namespace, "mounts", _phase("Succeeded", "Failed"))
+    assert _main_status(done)["state"]["terminated"]["message"] == "first then second"
+
+
 @pytest.mark.bench_infra
 def test_init_containers_run_first_then_containers_together(
     pod_runner: PodRunner, api: Any, core: Any, namespace: str, tmp_path: Path

@@ -118,7 +118,8 @@ class Agent:
             raise RuntimeError(f"State {state.id!r} is already running")
         hold.loop = asyncio.get_running_loop()
         state.active_run = hold
-        client_token = _run_client.set(self._client or _model.default_client())
+        client = _RunClient(self._client)
+        client_token = _run_client.set(client)
         try:
             await self._save(state)  # run starts; refuses a new State whose id is taken
             try:
@@ -145,8 +146,7 @@ class Agent:
         finally:
             state.active_run = None
             await hold.toolsets.aclose()
-            if self._client is None:
-                await _model.close(_run_client.get())
+            await client.close()
             _run_client.reset(client_token)
 
     async def _steps(self, state: State) -> StopReason:
@@ -170,7 +170,9 @@ class Agent:
     # ------------------------------------------------------------------ steps
     async def think(self, state: State) -> Message:
         """Ask the model for its next message, saving before and after."""
-        request = self._request(state.messages, await self._tools(state))
+        hold = state.active_run
+        messages = hold.api_messages(state.messages) if isinstance(hold, _Run) else None
+        request = self._request(state.messages, await self._tools(state), merged=messages)
         state.add("model_request", f"asking {self.model}", {"model": self.model})
         await self._save(state)
         try:
@@ -361,13 +363,20 @@ class Agent:
         return await hold.toolsets.tools(state, self.tools)
 
     def _model_client(self) -> Any:
-        return _run_client.get(None) or self._client or _model.default_client()
+        run = _run_client.get(None)
+        return run.get() if run is not None else self._client or _model.default_client()
 
-    def _request(self, messages: list[Message], tools: dict[str, Tool]) -> dict[str, Any]:
+    def _request(
+        self,
+        messages: list[Message],
+        tools: dict[str, Tool],
+        *,
+        merged: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": _merged(messages),
+            "messages": merged if merged is not None else _merged(messages),
         }
         if self.system:
             request["system"] = self.system
@@ -393,6 +402,8 @@ class _Run:
         self.background: set[asyncio.Future[None]] = set()
         self.toolsets = RunToolsets(agent.toolsets)
         """The agent's toolsets (MCP servers): opened on the run's first step, closed at its end."""
+        self.api_messages = _ApiMessages()
+        """The conversation as the run's requests send it, kept from step to step."""
 
     def message_sent(self) -> None:
         """Save a message sent while the run goes on (``State.send``, from any thread)."""
@@ -400,14 +411,71 @@ class _Run:
             self.loop.call_soon_threadsafe(self.agent._save_soon, self.state, self)
 
 
+class _RunClient:
+    """The model client of one run: the Agent's, or one made on first use (importing the
+    SDK takes about a second, which a resumed run should not spend before its first save)."""
+
+    def __init__(self, given: Any) -> None:
+        self._given = given
+        self._made: Any = None
+
+    def get(self) -> Any:
+        if self._given is not None:
+            return self._given
+        if self._made is None:
+            self._made = _model.default_client()
+        return self._made
+
+    async def close(self) -> None:
+        if self._made is not None:
+            await _model.close(self._made)
+
+
+class _ApiMessages:
+    """The messages of the requests of one run, in the API's shape, built step by step.
+
+    Each request appends what the conversation gained since the last one instead of
+    converting the whole conversation again, so a step costs the same at any length and
+    leaves no garbage that grows with it. A compaction (which replaces the conversation's
+    beginning) is noticed and the list built anew.
+    """
+
+    def __init__(self) -> None:
+        self._merged: list[dict[str, Any]] = []
+        self._seen = 0
+        self._first: Message | None = None
+        self._last: Message | None = None
+
+    def __call__(self, messages: list[Message]) -> list[dict[str, Any]]:
+        seen = self._seen
+        if seen and (
+            len(messages) < seen
+            or messages[0] is not self._first
+            or messages[seen - 1] is not self._last
+        ):
+            self._merged, seen = [], 0
+        for message in messages[seen:]:
+            _append_merged(self._merged, message)
+        self._seen = len(messages)
+        self._first = messages[0] if messages else None
+        self._last = messages[-1] if messages else None
+        return self._merged
+
+
+def _append_merged(merged: list[dict[str, Any]], message: Message) -> None:
+    """Add a message: consecutive messages of one role become one (the API wants that)."""
+    if merged and merged[-1]["role"] == message.role:
+        # A new dict: the one before may belong to a request already sent.
+        merged[-1] = {"role": message.role, "content": [*merged[-1]["content"], *message.blocks]}
+    else:
+        merged.append({"role": message.role, "content": message.blocks})
+
+
 def _merged(messages: list[Message]) -> list[dict[str, Any]]:
     """Messages for the API: consecutive messages of one role become one."""
     merged: list[dict[str, Any]] = []
     for message in messages:
-        if merged and merged[-1]["role"] == message.role:
-            merged[-1]["content"] = [*merged[-1]["content"], *message.blocks]
-        else:
-            merged.append({"role": message.role, "content": message.blocks})
+        _append_merged(merged, message)
     return merged
 
 

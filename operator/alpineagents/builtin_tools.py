@@ -14,8 +14,6 @@ import signal
 import stat
 import subprocess
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -323,6 +321,11 @@ def _fetch_url_tool(root: Path) -> Tool:
 def _fetch(url: str, timeout: float) -> str:
     if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
         raise ToolFailed(f"{url!r} is not an http or https URL")
+    # Imported here: urllib.request pulls in http, email and ssl, which a CLI command
+    # that never fetches (list, show) should not wait for.
+    import urllib.error
+    import urllib.request
+
     limit = min(max(float(timeout), 0.1), 300.0)
     request = urllib.request.Request(url, headers={"User-Agent": "alpineagents-fetch_url"})
     try:

@@ -162,15 +162,30 @@ def pod_refused(
     (403 from a quota, 5xx) may pass later: the run stays Pending, says why, and the
     step is tried again.
     """
-    step = _Step(run, (), None, now)
     name = pod_name_for(run.name, attempt)
     if status in (400, 422):
-        return step._fail("PodInvalid", f"pod {name} was refused: {message}", {})
+        return _Step(run, (), None, now)._fail(
+            "PodInvalid", f"pod {name} was refused: {message}", {}
+        )
+    return start_blocked(run, attempt, "PodRefused", f"pod {name} was refused: {message}", now)
+
+
+def start_blocked(
+    run: AgentRunView, attempt: int, reason: str, message: str, now: datetime
+) -> Decision:
+    """The step after pod ``attempt`` could not be started yet (a refusal that may pass,
+    store credentials that could not be minted): the run keeps its phase, says why in
+    ``reason``/``message`` (with a Warning Event when the reason is new), and the step is
+    tried again in 10 s."""
+    events: tuple[RunEvent, ...] = ()
+    if run.status.raw.get("reason") != reason:
+        events = (RunEvent("Warning", reason, message),)
     # The phase stays: the step that wanted the pod is simply taken again later.
-    return step._to(
-        {"reason": "PodRefused", "message": f"pod {name} was refused: {message}"},
+    return _Step(run, (), None, now)._to(
+        {"reason": reason, "message": message},
+        events=events,
         requeue_after=10.0,
-        note=f"pod {name} refused ({status}); trying again",
+        note=f"pod {pod_name_for(run.name, attempt)} not started ({reason}); trying again",
     )
 
 

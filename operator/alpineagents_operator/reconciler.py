@@ -22,9 +22,10 @@ from alpineagents import Store, open_store
 from . import saved_state
 from .cluster import Cluster, PodRefused
 from .config import OperatorConfig
-from .decide import Decision, decide, pod_refused
+from .credential_issuer import RunCredentialIssuer
+from .decide import Decision, decide, pod_refused, start_blocked
 from .metrics import OperatorMetrics
-from .pods import pod_manifest, store_url
+from .pods import forbidden_secret_refs, pod_manifest, store_url
 from .views import JSON, AgentRunView, PodView, SavedView
 
 _log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class Reconciler:
         self._stores: dict[str, Store] = {}
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
+        self.credentials = RunCredentialIssuer(config, cluster, clock=clock)
+        """Gives each pod its own short-lived store credentials (see its module)."""
         self.last_step_at = 0.0
         """Monotonic time of the last finished step (the liveness probe reports it)."""
 
@@ -168,7 +171,11 @@ class Reconciler:
         if decision.needs_saved:
             saved = await self._read_saved(run)
             decision = decide(run, pods, saved, self._clock())
-        return await self._apply(run, body, decision)
+        applied = await self._apply(run, body, decision)
+        renew_in = await self.credentials.renew_if_due(run, pods)
+        if renew_in is not None:
+            self.requeue(namespace, name, renew_in)
+        return applied
 
     async def _read_saved(self, run: AgentRunView) -> SavedView:
         url = store_url(run, self.config)
@@ -190,6 +197,17 @@ class Reconciler:
             store = self._store(store_url(run, self.config))
             await asyncio.to_thread(saved_state.claim, store, run.state_id)
         if decision.create_pod is not None:
+            forbidden = forbidden_secret_refs(run, self.config)
+            if forbidden is not None:
+                invalid = pod_refused(run, decision.create_pod, 422, forbidden, self._clock())
+                return await self._apply(run, body, invalid)
+            blocked = await self.credentials.before_pod(run, body)
+            if blocked is not None:
+                _log.warning("%s/%s: %s", *key, blocked)
+                waiting = start_blocked(
+                    run, decision.create_pod, "CredentialsUnavailable", blocked, self._clock()
+                )
+                return await self._apply(run, body, waiting)
             manifest = pod_manifest(run, decision.create_pod, self.config)
             try:
                 created = await asyncio.to_thread(self.cluster.create_pod, manifest)

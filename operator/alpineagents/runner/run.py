@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import anthropic
-
 from .. import builtin_tools
+from .. import model as _model
 from ..agent import Agent
 from ..errors import StateNotFoundError, StoreUnavailableError
 from ..pod_contract import (
@@ -265,13 +264,13 @@ class _Run:
         assert self.store is not None
         if error is self.store.failure:
             return self.result(ExitCode.RETRYABLE, "retryable", _store_problem(self.store, error))
-        if isinstance(error, anthropic.APIStatusError):
-            status = error.status_code
+        if _model.sdk_error(error, "APIStatusError"):
+            status = int(getattr(error, "status_code", 0))
             if 400 <= status < 500 and status not in (408, 409, 429):
                 return self.result(
                     ExitCode.NOT_RETRYABLE, "failed", f"the model refused: {error_text(error)}"
                 )
-        if isinstance(error, anthropic.APIError):
+        if _model.sdk_error(error, "APIError"):
             return self.result(
                 ExitCode.RETRYABLE, "retryable", f"model unavailable: {error_text(error)}"
             )
