@@ -12,6 +12,7 @@ changed list (no ``add``, a new ``multiply``), as a server that was upgraded wou
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -86,11 +87,17 @@ async def slow(label: str) -> str:
 
 @server.tool()
 def whoami(ctx: Context) -> str:
-    """Says which Authorization header the request carried."""
+    """Says which Authorization header the request carried, as its SHA-256 (so the
+    history a test reads proves the header arrived without holding the secret)."""
     record("whoami")
-    request = ctx.request_context.request
-    headers = getattr(request, "headers", None)
-    return str(headers.get("authorization", "(none)")) if headers is not None else "(stdio)"
+    headers = getattr(ctx.request_context.request, "headers", None)
+    if headers is None:
+        return "(stdio)"
+    return digest(headers.get("authorization", "(none)"))
+
+
+def digest(value: str) -> str:
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
 
 
 async def serve_http() -> None:

@@ -9,6 +9,7 @@ teardown are stopped.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import signal
@@ -72,6 +73,11 @@ class MCPTestServer:
         for line in self.process.stdout:
             self._lines.put(line.rstrip("\n"))
         self._lines.put(None)
+
+
+def header_digest(value: str) -> str:
+    """What the test server's ``whoami`` answers for an Authorization header ``value``."""
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
 
 
 def stdio_server_command(calls: Path, variant: int = 1) -> list[str]:

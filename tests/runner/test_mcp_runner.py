@@ -18,7 +18,7 @@ from alpineagents.pod_contract import ExitCode
 from alpineagents.state import UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, reply, tool_use
 from tests.bench.infra import free_port
-from tests.bench.mcp_server import REPO, MCPTestServer
+from tests.bench.mcp_server import REPO, MCPTestServer, header_digest
 from tests.bench.runner_process import Workspace, tool_results
 from tests.bench.server_process import ServerProcess
 
@@ -46,7 +46,7 @@ def test_the_runner_gives_the_run_its_mcp_servers_with_headers_from_variables(
     assert runner.message["answer"] == "4."
     state = workspace.store.load("job")
     assert [(r.data["name"], r.text) for r in tool_results(state)] == [
-        ("whoami", "Bearer from-a-secret"),
+        ("whoami", header_digest("Bearer from-a-secret")),
         ("add", "4"),
     ]
     assert "tools of MCP server 'calc'" in runner.stderr  # the progress log shows the list
