@@ -104,6 +104,7 @@ async def serve_http() -> None:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
+    listener.listen(128)  # connections wait in the backlog until uvicorn serves them
     port = listener.getsockname()[1]
     app = server.streamable_http_app()
     config = uvicorn.Config(app, log_level="warning")
