@@ -379,11 +379,15 @@ def test_the_installed_service_account_may_do_its_job_and_nothing_more(
                 ("patch", "agentruns.alpineagents.dev:status"),
                 ("create", "pods"),
                 ("delete", "pods"),
+                ("create", "secrets"),  # each pod's spec
+                ("delete", "secrets"),
                 ("create", "events"),
             ]:
                 assert _can(plane, account, verb, resource, ns), (verb, resource, ns)
             for verb, resource in [
                 ("get", "secrets"),
+                ("list", "secrets"),
+                ("watch", "secrets"),
                 ("patch", "pods"),
                 ("create", "pods:exec"),
                 ("patch", "pods:status"),

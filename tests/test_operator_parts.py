@@ -12,7 +12,7 @@ from alpineagents import FileStore, Message, Record, State
 from alpineagents.state import UNKNOWN_RESULT
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.metrics import OperatorMetrics
-from alpineagents_operator.pods import pod_manifest
+from alpineagents_operator.pods import pod_manifest, spec_secret
 from alpineagents_operator.store_view import read_saved, saved_view
 from alpineagents_operator.views import AgentRunView
 
@@ -78,9 +78,10 @@ def test_the_pod_is_locked_down() -> None:
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
-    mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {"/tmp", "/work"} and container["workingDir"] == "/work"
-    assert all("emptyDir" in v for v in spec["volumes"])
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {"/tmp", "/work"} and container["workingDir"] == "/work"
+    kinds = {v["name"]: next(k for k in v if k != "name") for v in spec["volumes"]}
+    assert kinds == {"tmp": "emptyDir", "work": "emptyDir", "spec": "secret"}
     assert container["terminationMessagePath"] == "/dev/termination-log"
     assert container["command"] == ["python", "-m", "alpineagents", "run"]
     assert container["image"] == "runner:1"
@@ -88,10 +89,14 @@ def test_the_pod_is_locked_down() -> None:
 
 def test_the_pod_gets_the_runner_contract_and_secrets_by_reference() -> None:
     run = agentrun(tools=["shell"], approvals=[{"callId": "c1", "allow": True}])
-    env = env_of(pod_manifest(run, 1, CONFIG))
-    assert json.loads(str(env["ALPINEAGENTS_SPEC"]))["approvals"] == [
-        {"callId": "c1", "allow": True}
-    ]
+    pod = pod_manifest(run, 1, CONFIG)
+    env = env_of(pod)
+    assert "ALPINEAGENTS_SPEC" not in env  # exec refuses one variable over 128 KiB
+    assert env["ALPINEAGENTS_SPEC_FILE"] == "/etc/alpineagents/spec.json"
+    [mount] = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "spec"]
+    assert mount == {"name": "spec", "mountPath": "/etc/alpineagents", "readOnly": True}
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "spec"]
+    assert volume["secret"] == {"secretName": "triage-1-spec", "defaultMode": 0o440}
     assert env["ALPINEAGENTS_STORE"] == CONFIG.store
     assert env["ALPINEAGENTS_STATE_ID"] == "agents.triage.6f1d2c3b"
     assert env["TERMINATION_MESSAGE_PATH"] == "/dev/termination-log"
@@ -102,6 +107,19 @@ def test_the_pod_gets_the_runner_contract_and_secrets_by_reference() -> None:
     assert env["AWS_SECRET_ACCESS_KEY"] == {
         "secretKeyRef": {"name": "store-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
     }
+
+
+def test_the_spec_travels_in_an_immutable_secret_owned_by_the_agentrun() -> None:
+    run = agentrun(prompt="é" * 10, approvals=[{"callId": "c1", "allow": True}])
+    secret = spec_secret(run, 2)
+    assert secret["metadata"]["name"] == "triage-2-spec"
+    assert secret["metadata"]["labels"]["alpineagents.dev/run"] == "triage"
+    assert secret["metadata"]["labels"]["alpineagents.dev/attempt"] == "2"
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [UID]
+    assert secret["immutable"] is True
+    text = secret["stringData"]["spec.json"]
+    assert json.loads(text) == dict(run.spec)
+    assert "é" * 10 in text  # not \u-escaped: six bytes a character would not fit
 
 
 def test_the_agentrun_shapes_its_pod() -> None:

@@ -308,20 +308,33 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str | N
 
 
 def spec_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The spec a pod gets as JSON in ``ALPINEAGENTS_SPEC``."""
-    raw = environ.get("ALPINEAGENTS_SPEC")
-    if not raw:
-        raise SpecError(
-            "ALPINEAGENTS_SPEC",
-            "not set: give an AgentRun manifest (alpineagents run FILE.yaml), or set it to the "
-            "spec as JSON",
-        )
+    """The spec a pod gets as JSON: in the file ``ALPINEAGENTS_SPEC_FILE`` names (the
+    operator mounts it from a Secret), else in ``ALPINEAGENTS_SPEC`` itself (what older
+    operators set; exec refuses a variable over 128 KiB, so a long prompt needs the file).
+    """
+    path = environ.get("ALPINEAGENTS_SPEC_FILE")
+    if path:
+        where = f"ALPINEAGENTS_SPEC_FILE ({path})"
+        try:
+            raw = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise SpecError(where, f"cannot be read: {error_text(error)}") from None
+    else:
+        where = "ALPINEAGENTS_SPEC"
+        raw = environ.get("ALPINEAGENTS_SPEC", "")
+        if not raw:
+            raise SpecError(
+                "ALPINEAGENTS_SPEC",
+                "not set: give an AgentRun manifest (alpineagents run FILE.yaml), set "
+                "ALPINEAGENTS_SPEC_FILE to a file holding the spec as JSON, or set "
+                "ALPINEAGENTS_SPEC to the spec as JSON",
+            )
     try:
         spec = json.loads(raw)
     except json.JSONDecodeError as error:
-        raise SpecError("ALPINEAGENTS_SPEC", f"not valid JSON: {error}") from None
+        raise SpecError(where, f"not valid JSON: {error}") from None
     if not isinstance(spec, dict):
-        raise SpecError("ALPINEAGENTS_SPEC", "must be a JSON object (the AgentRun's .spec)")
+        raise SpecError(where, "must be a JSON object (the AgentRun's .spec)")
     return spec
 
 
@@ -635,8 +648,8 @@ def run_agent_run(
 ) -> RunResult:
     """Run or resume one AgentRun, and report how it ended.
 
-    The spec comes from ``manifest`` (an AgentRun YAML file) or else from
-    ``ALPINEAGENTS_SPEC``; the store from ``store_url``, ``ALPINEAGENTS_STORE`` or
+    The spec comes from ``manifest`` (an AgentRun YAML file) or else from the file
+    ``ALPINEAGENTS_SPEC_FILE`` names or ``ALPINEAGENTS_SPEC``; the store from ``store_url``, ``ALPINEAGENTS_STORE`` or
     ``./.agent-runs``; the id from ``state_id``, ``ALPINEAGENTS_STATE_ID`` or the
     manifest's ``metadata.name``. The termination message is written to
     ``$TERMINATION_MESSAGE_PATH`` (or ``/dev/termination-log`` when it is writable).

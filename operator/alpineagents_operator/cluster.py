@@ -39,12 +39,23 @@ def api_client_from_environment() -> Any:
 
 
 class PodRefused(Exception):
-    """The API server refused a pod (invalid, or forbidden by a quota or policy)."""
+    """The API server refused a pod or its spec Secret (invalid, too large, or forbidden
+    by a quota or policy)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"pod refused ({status}): {message}")
         self.status = status
         self.message = message
+
+
+def failure_text(error: BaseException) -> str:
+    """One line saying what went wrong: an API server's answer as its code and message
+    (without the headers, which differ every time), anything else as type and text."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(error, ApiException):
+        return f"the API server answered {error.status}: {_api_message(error)}"
+    return f"{type(error).__name__}: {error}"
 
 
 def _api_message(error: Any) -> str:
@@ -163,6 +174,43 @@ class Cluster:
                 raise PodRefused(int(error.status), _api_message(error)) from None
             raise
         return True
+
+    def put_secret(self, manifest: Mapping[str, Any]) -> None:
+        """Create a Secret; one of that name left by an earlier step is replaced (the
+        pod it was made for was never created, and the spec may have changed since).
+
+        The operator may create and delete Secrets, never read them.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        namespace = manifest["metadata"]["namespace"]
+        for _ in range(2):
+            try:
+                response = self._core.create_namespaced_secret(
+                    namespace, dict(manifest), _preload_content=False, _request_timeout=_TIMEOUT
+                )
+                _finish(response)
+                return
+            except ApiException as error:
+                if error.status in (400, 403, 413, 422):
+                    raise PodRefused(int(error.status), _api_message(error)) from None
+                if error.status != 409:
+                    raise
+            self.delete_secret(namespace, manifest["metadata"]["name"])
+        raise PodRefused(409, f"Secret {manifest['metadata']['name']} keeps coming back")
+
+    def delete_secret(self, namespace: str, name: str) -> None:
+        """Delete a Secret; gone is fine."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._core.delete_namespaced_secret(
+                name, namespace, _preload_content=False, _request_timeout=_TIMEOUT
+            )
+            _finish(response)
+        except ApiException as error:
+            if error.status != 404:
+                raise
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Delete a pod gracefully (its own terminationGracePeriodSeconds); gone is fine."""

@@ -7,8 +7,16 @@ privilege escalation, no capabilities, the runtime's seccomp profile, and no
 service-account token. Writable space is two emptyDirs: ``/tmp`` and the working
 directory ``/work``.
 
-Environment (the runner's contract, see ``/tmp/api.md``): ``ALPINEAGENTS_SPEC`` (the
-AgentRun's spec as JSON), ``ALPINEAGENTS_STORE``, ``ALPINEAGENTS_STATE_ID``,
+The AgentRun's spec reaches the pod as a file: a Secret per attempt (:func:`spec_secret`,
+``<pod>-spec``, owned by the AgentRun, immutable) mounted read-only at
+:data:`SPEC_DIR`. An environment variable could not carry it: exec refuses any single
+variable over 128 KiB (``Argument list too long``), so a long prompt could never start.
+A Secret rather than a ConfigMap because prompts and ``spec.env`` values may be
+confidential, and the ``view`` role reads ConfigMaps; it holds up to 1 MiB, and the CRD
+refuses a prompt that could not fit.
+
+Environment (the runner's contract, see ``/tmp/api.md``): ``ALPINEAGENTS_SPEC_FILE``
+(where the spec is, as JSON), ``ALPINEAGENTS_STORE``, ``ALPINEAGENTS_STATE_ID``,
 ``ANTHROPIC_API_KEY`` and the store credentials from Secrets (``secretKeyRef``),
 ``ANTHROPIC_BASE_URL`` when the operator has one, and ``TERMINATION_MESSAGE_PATH``. The
 AgentRun's own ``spec.env`` may override the model and store variables, not the
@@ -39,6 +47,12 @@ WORK_DIR = "/work"
 RUN_AS_USER = 65532  # the distroless "nonroot" user
 GRACE_SECONDS = 30
 """Time between SIGTERM and SIGKILL: the runner saves and exits well within it."""
+SPEC_DIR = "/etc/alpineagents"
+"""Where the spec Secret is mounted (read-only)."""
+SPEC_KEY = "spec.json"
+"""The spec's file name in :data:`SPEC_DIR` (its key in the Secret)."""
+_SPEC_VOLUME = "spec"
+_SPEC_FILE_MODE = 0o440  # owner and group (fsGroup): the runner's user reads it, no one else
 
 
 def run_labels(run_name: str) -> dict[str, str]:
@@ -68,6 +82,32 @@ def store_url(run: AgentRunView, config: OperatorConfig) -> str:
     return str(run.spec.get("store") or config.store)
 
 
+def spec_secret_name(run_name: str, attempt: int) -> str:
+    """The Secret holding the spec for pod ``attempt`` (``<pod>-spec``)."""
+    return f"{pod_name_for(run_name, attempt)}-spec"
+
+
+def spec_secret(run: AgentRunView, attempt: int) -> JSON:
+    """The Secret with the AgentRun's spec for pod ``attempt``, as the pod reads it.
+
+    One per attempt and immutable, so a pod always reads the spec it was created for
+    (spec.approvals change between attempts) and no kubelet cache can serve an older one.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": spec_secret_name(run.name, attempt),
+            "namespace": run.namespace,
+            "labels": {**run_labels(run.name), ATTEMPT_LABEL: str(attempt)},
+            "ownerReferences": [owner_reference(run)],
+        },
+        "type": "Opaque",
+        "immutable": True,
+        "stringData": {SPEC_KEY: json.dumps(dict(run.spec), sort_keys=True, ensure_ascii=False)},
+    }
+
+
 def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSON:
     """The Pod for attempt ``attempt`` of ``run`` (name ``<run>-<attempt>``)."""
     spec = run.spec
@@ -93,6 +133,7 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "work", "mountPath": WORK_DIR},
+            {"name": _SPEC_VOLUME, "mountPath": SPEC_DIR, "readOnly": True},
         ],
     }
     if spec.get("envFrom"):
@@ -115,6 +156,13 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
         "volumes": [
             {"name": "tmp", "emptyDir": {}},
             {"name": "work", "emptyDir": {}},
+            {
+                "name": _SPEC_VOLUME,
+                "secret": {
+                    "secretName": spec_secret_name(run.name, attempt),
+                    "defaultMode": _SPEC_FILE_MODE,
+                },
+            },
         ],
     }
     service_account = spec.get("serviceAccountName") or config.service_account
@@ -143,7 +191,7 @@ def _secret_env(name: str, secret: str, key: str) -> JSON:
 
 def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
     ours: list[JSON] = [
-        {"name": "ALPINEAGENTS_SPEC", "value": json.dumps(dict(run.spec), sort_keys=True)},
+        {"name": "ALPINEAGENTS_SPEC_FILE", "value": f"{SPEC_DIR}/{SPEC_KEY}"},
         {"name": "ALPINEAGENTS_STORE", "value": store_url(run, config)},
         {"name": "ALPINEAGENTS_STATE_ID", "value": run.state_id},
         {"name": "ALPINEAGENTS_ATTEMPT", "value": str(attempt)},

@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 from alpineagents import Store
 
 from . import store_view
-from .cluster import Cluster, PodRefused
+from .cluster import Cluster, PodRefused, failure_text
 from .config import OperatorConfig
 from .metrics import OperatorMetrics
-from .pods import pod_manifest, store_url
-from .reconcile import Decision, decide, pod_refused
+from .pods import pod_manifest, spec_secret, spec_secret_name, store_url
+from .reconcile import Decision, claim_refused, decide, pod_refused
 from .views import JSON, AgentRunView, PodView, SavedView
 
 _log = logging.getLogger(__name__)
@@ -59,6 +59,11 @@ class Reconciler:
         self._timers: dict[RunKey, tuple[float, asyncio.TimerHandle]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stores: dict[str, Store] = {}
+        self._fencers: dict[str, Store] = {}
+        """Store instances that only claim (never read): see :meth:`_fence`."""
+        self._claim_failures: dict[RunKey, int] = {}
+        self._resync_errors: dict[RunKey, str] = {}
+        """The last error each run's resync step logged (so it is logged once)."""
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
         self.last_step_at = 0.0
@@ -118,11 +123,29 @@ class Reconciler:
         named: list[str | None] = [
             n for n in self.config.namespaces if not any(c in n for c in "*?[")
         ]
+        seen: set[RunKey] = set()
         for namespace in named or [None]:
             bodies = await asyncio.to_thread(self.cluster.list_runs, namespace)
             for body in bodies:
                 meta = body.get("metadata") or {}
-                await self.reconcile(str(meta.get("namespace")), str(meta.get("name")))
+                key = (str(meta.get("namespace")), str(meta.get("name")))
+                seen.add(key)
+                await self._resync_one(key)
+        for gone in set(self._resync_errors) - seen:
+            del self._resync_errors[gone]
+
+    async def _resync_one(self, key: RunKey) -> None:
+        """One run's resync step. Its failure is that run's alone: it is logged (once
+        while it stays the same) and the resync goes on with the next run."""
+        try:
+            await self.reconcile(*key)
+        except Exception as error:  # any failure: one bad run must not end the net for all
+            text = failure_text(error)
+            if self._resync_errors.get(key) != text:
+                _log.warning("%s/%s: resync step failed (%s); other runs go on", *key, text)
+            self._resync_errors[key] = text
+        else:
+            self._resync_errors.pop(key, None)
 
     def close(self) -> None:
         for _, handle in self._timers.values():
@@ -162,7 +185,9 @@ class Reconciler:
             self._due_at.pop((namespace, name), None)
             return None
         run = AgentRunView.from_body(body)
-        raw_pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
+        raw_pods: list[JSON] = []
+        if run.name_problem is None:  # a name no label can hold has no pods to list
+            raw_pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
         pods = [PodView.from_pod(p) for p in raw_pods]
         decision = decide(run, pods, None, self._clock())
         if decision.needs_saved:
@@ -186,12 +211,20 @@ class Reconciler:
             _log.info("%s/%s: %s", run.namespace, run.name, decision.note)
         for pod_name in decision.delete_pods:
             await asyncio.to_thread(self.cluster.delete_pod, run.namespace, pod_name)
-        if decision.claim_state:
-            store = self._store(store_url(run, self.config))
-            await asyncio.to_thread(store_view.claim, store, run.state_id)
+        if decision.claim_state and decision.create_pod is not None:
+            problem = await self._fence(run)
+            if problem is not None:
+                failures = self._claim_failures[key] = self._claim_failures.get(key, 0) + 1
+                _log.warning("%s/%s: could not claim State %s: %s", *key, run.state_id, problem)
+                refused = claim_refused(run, decision.create_pod, problem, failures, self._clock())
+                return await self._apply(run, body, refused)
+            self._claim_failures.pop(key, None)
         if decision.create_pod is not None:
             manifest = pod_manifest(run, decision.create_pod, self.config)
             try:
+                await asyncio.to_thread(
+                    self.cluster.put_secret, spec_secret(run, decision.create_pod)
+                )
                 created = await asyncio.to_thread(self.cluster.create_pod, manifest)
             except PodRefused as refusal:
                 _log.warning("%s/%s: %s", *key, refusal)
@@ -203,6 +236,11 @@ class Reconciler:
                 _log.info(
                     "%s/%s: pod %s exists already: adopting it", *key, manifest["metadata"]["name"]
                 )
+            if decision.create_pod > 1:
+                # The previous attempt's spec is not needed again (a pod that still runs
+                # read it at its start; the kubelet keeps mounted files).
+                earlier = spec_secret_name(run.name, decision.create_pod - 1)
+                await asyncio.to_thread(self.cluster.delete_secret, run.namespace, earlier)
             due = self._due_at.pop(key, None)
             if due is not None and decision.create_pod > 1:
                 self.metrics.resume_latency.observe(max(0.0, time.monotonic() - due))
@@ -220,6 +258,24 @@ class Reconciler:
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
         return decision
+
+    async def _fence(self, run: AgentRunView) -> str | None:
+        """Claim the run's State so a lost pod still running can write no more into it;
+        returns why that failed (None: claimed, or the store has no claims).
+
+        The claim goes through a store instance that never reads: a store that read the
+        State claims only if nobody wrote since its read, and the lost pod writing is
+        just what the claim is for. This one takes over whatever is saved now.
+        """
+        url = store_url(run, self.config)
+        try:
+            store = self._fencers.get(url)
+            if store is None:
+                store = self._fencers[url] = self._open_store(url)
+            await asyncio.to_thread(store_view.claim, store, run.state_id)
+        except Exception as error:  # any failure: the replacement waits and tries again
+            return f"{type(error).__name__}: {error}"
+        return None
 
     def _store(self, url: str) -> Store:
         store = self._stores.get(url)
