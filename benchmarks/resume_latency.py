@@ -303,7 +303,11 @@ def main() -> None:
             plane.api_client(),
             node_name="bench-node",
             namespace=NAMESPACE,
-            base_env={"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": str(REPO)},
+            base_env={
+                "PATH": os.environ.get("PATH", os.defpath),
+                # The pods run this checkout's runner and test agent.
+                "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)]),
+            },
         )
         node.start()
         stack.callback(node.stop)

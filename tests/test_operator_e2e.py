@@ -21,6 +21,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -209,8 +210,9 @@ def make_namespace(plane: ControlPlane, namespace: str, minio: S3Server) -> None
 def pod_env() -> dict[str, str]:
     import os
 
-    # The pods import the test agent from this checkout.
-    return {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": str(REPO)}
+    # The pods import the runner and the test agent from this checkout.
+    path = os.pathsep.join([str(REPO / "operator"), str(REPO)])
+    return {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": path}
 
 
 # ------------------------------------------------------------------------------ fixtures
@@ -393,41 +395,6 @@ def test_an_approval_round_trip_through_spec_approvals(bench: Bench, markers: Pa
     assert "pendingApprovals" not in done
 
 
-def test_a_malformed_agentrun_is_refused_or_fails_with_a_clear_message(
-    bench: Bench, markers: Path
-) -> None:
-    refused = bench.plane.kubectl(
-        "apply",
-        "-f",
-        "-",
-        check=False,
-        input=yaml.safe_dump(
-            {
-                "apiVersion": "alpineagents.dev/v1",
-                "kind": "AgentRun",
-                "metadata": {"name": run_name(), "namespace": NAMESPACE},
-                "spec": {"prompt": "hi", "maxTurns": -1},
-            }
-        ),
-    )
-    assert refused.returncode != 0
-    assert "spec.model: Required value" in refused.stderr
-    assert "spec.maxTurns" in refused.stderr
-    name = run_name()
-    bench.apply(name, markers, prompt="hi", agent="tests.agents.no_such_agent:make_agent")
-    failed = status(bench.wait_phase(name, "Failed"))
-    assert failed["reason"] == "NotRetryable"
-    assert "cannot import 'tests.agents.no_such_agent'" in failed["message"]
-    assert failed["attempt"] == 1  # not retried
-    # The schema leaves resources opaque; the pod's own validation refuses a bad one.
-    name = run_name()
-    bench.apply(name, markers, prompt="hi", resources={"limits": {"memory": "lots"}})
-    failed = status(bench.wait_phase(name, "Failed"))
-    assert failed["reason"] == "PodInvalid"
-    assert "quantities must match" in failed["message"]
-    assert not bench.pods(name)
-
-
 def test_an_exhausted_restart_budget_ends_failed(bench: Bench, markers: Path) -> None:
     name = run_name()
     closed = free_port()  # nothing listens: every pod finds the store unavailable
@@ -499,3 +466,293 @@ def test_a_run_whose_node_is_lost_resumes_on_another_node(
     finally:
         first.stop()
         second.stop()
+
+
+def ended(bench: Bench, name: str, namespace: str = NAMESPACE) -> JSON:
+    """The status once the run has ended, Succeeded or Failed."""
+    body = bench.wait_run(
+        name,
+        lambda r: status(r).get("phase") in ("Succeeded", "Failed"),
+        "an end (Succeeded or Failed)",
+        namespace,
+    )
+    return status(body)
+
+
+def test_a_run_that_answered_and_lost_its_pod_unseen_succeeds_without_a_restart(
+    bench: Bench, markers: Path
+) -> None:
+    name = run_name()
+    bench.apply(
+        name,
+        markers,
+        prompt=use("slow"),
+        restartPolicy={"maxRestarts": 0, "initialBackoffSeconds": 0},
+    )
+    wait_for(lambda: starts(markers, "slow") == 1, "the tool to start")
+    bench.wait_phase(name, "Running")
+    bench.operator.kill()
+    try:
+        # While no operator watches, the pod saves its answer, exits 0, and is deleted.
+        release(markers, "slow")
+        wait_for(lambda: not bench.live_pods(name), "the pod to finish")
+        bench.plane.kubectl("delete", "pod", f"{name}-1", "-n", NAMESPACE, "--timeout=60s")
+    finally:
+        bench.operator.start()
+    done = ended(bench, name)
+    # Its answer is in the store: no loss, even with no restart to spare.
+    assert done["phase"] == "Succeeded", done
+    assert done["answer"] == "step returned: slow done"
+    assert done.get("restarts", 0) == 0 and done["attempt"] == 1
+    assert not bench.pods(name)  # no replacement was started
+    assert starts(markers, "slow") == 1
+
+
+def test_a_prompt_too_long_for_an_environment_variable_runs(bench: Bench, markers: Path) -> None:
+    # 200 KiB: one environment variable holds at most 128 KiB, so it must travel otherwise.
+    prompt = use("long") + "\n" + "Context line of the long prompt.\n" * (200 * 1024 // 33)
+    name = run_name()
+    release(markers, "long")
+    bench.apply(name, markers, prompt=prompt)
+    done = ended(bench, name)
+    assert done["phase"] == "Succeeded", done
+    assert done["answer"] == "step returned: long done"
+    assert bench.saved(done["stateId"]).messages[0].text == prompt
+
+
+def test_status_lists_the_aborted_calls_of_the_history_after_a_store_outage(
+    bench: Bench, node: PodRunner, minio: S3Server, markers: Path
+) -> None:
+    name = run_name()
+    bench.apply(
+        name,
+        markers,
+        prompt=use("slow"),
+        store=bench.store_url + "&retry_budget=3",  # the outage is noticed within seconds
+        restartPolicy={"maxRestarts": 3, "initialBackoffSeconds": 0},
+    )
+    wait_for(lambda: starts(markers, "slow") == 1, "the tool to start")
+    bench.wait_phase(name, "Running")
+    (markers / "hold.2").touch()  # pod 2 waits before it touches the store
+    minio.stop()
+    try:
+        # Killed mid-tool while the store is down: the operator can read nothing about
+        # the call left open, and pod 2 is started without knowing of it.
+        node.evict(NAMESPACE, f"{name}-1")
+        bench.wait_run(name, lambda r: status(r).get("attempt") == 2, "pod 2")
+    finally:
+        minio.start()
+    (markers / "hold.2").unlink()
+    done = ended(bench, name)
+    assert done["phase"] == "Succeeded", done
+    history = bench.saved(done["stateId"]).history
+    aborted = [
+        e.data["call_id"] for e in history if e.kind == "tool_result" and e.outcome == "aborted"
+    ]
+    assert len(aborted) == 1
+    assert done["abortedCalls"] == aborted  # status agrees with the history
+    assert "savedStateUnread" not in done
+    assert starts(markers, "slow") == 1
+
+
+# ------------------------------------------------------------------------------ bad input
+@dataclass(frozen=True)
+class Malformed:
+    """One malformed AgentRun and how it must be turned away."""
+
+    id: str
+    spec: JSON = field(default_factory=dict)
+    """Changes to a valid spec (None: leave the field out)."""
+    refused: tuple[str, ...] = ()
+    """Texts the API server's refusal must hold (naming the field)."""
+    reason: str = ""
+    """Else: the reason the run ends Failed with, ..."""
+    message: str = ""
+    """... and a text its status.message must hold."""
+    name_length: int | None = None
+    hidden: str = ""
+    """A text that must appear nowhere in the run's status (a secret)."""
+
+
+_CLOSED_PORT = free_port()
+MALFORMED = [
+    Malformed("missing-model", {"model": None}, refused=("spec.model: Required value",)),
+    Malformed(
+        "neither-prompt-nor-messages",
+        {"prompt": None},
+        refused=("give exactly one of spec.prompt",),
+    ),
+    Malformed(
+        "prompt-not-a-string", {"prompt": 42}, refused=("spec.prompt", "must be of type string")
+    ),
+    Malformed(
+        "maxTurns-not-a-number",
+        {"maxTurns": "ten"},
+        refused=("spec.maxTurns", "must be of type integer"),
+    ),
+    Malformed(
+        "tools-not-a-list", {"tools": "shell"}, refused=("spec.tools", "must be of type array")
+    ),
+    Malformed(
+        "restartPolicy-not-a-mapping",
+        {"restartPolicy": 3},
+        refused=("spec.restartPolicy", "must be of type object"),
+    ),
+    Malformed(
+        "negative-maxRestarts",
+        {"restartPolicy": {"maxRestarts": -1}},
+        refused=("spec.restartPolicy.maxRestarts", "greater than or equal to 0"),
+    ),
+    Malformed(
+        "2MB-prompt",
+        {"prompt": "x" * 2_000_000},
+        refused=("spec.prompt may be at most 262144 characters", "1 MiB"),
+    ),
+    Malformed(
+        "unknown-tool", {"tools": ["shel"]}, refused=('spec.tools[0]: Unsupported value: "shel"',)
+    ),
+    Malformed("agent-not-an-import-path", {"agent": "my agent.py"}, refused=("spec.agent",)),
+    Malformed(
+        "first-message-not-the-users",
+        {"prompt": None, "messages": [{"role": "assistant", "content": "hi"}]},
+        refused=("the first of spec.messages must be the user's",),
+    ),
+    Malformed(
+        "approval-without-an-answer",
+        {"approvals": [{"callId": "toolu_1"}]},
+        refused=("spec.approvals[0].allow: Required value",),
+    ),
+    Malformed(
+        "unknown-onDelete",
+        {"onDelete": "Forget"},
+        refused=('spec.onDelete: Unsupported value: "Forget"',),
+    ),
+    Malformed(
+        "name-over-the-limit",
+        name_length=64,
+        refused=("metadata.name may be at most 63 characters",),
+    ),
+    Malformed(
+        "agent-that-does-not-import",
+        {"agent": "tests.agents.no_such_agent:make_agent"},
+        reason="NotRetryable",
+        message="cannot import 'tests.agents.no_such_agent'",
+    ),
+    Malformed(
+        "agent-factory-that-does-not-exist",
+        {"agent": "tests.agents.marker_agent:no_such_factory"},
+        reason="NotRetryable",
+        message="no_such_factory",
+    ),
+    Malformed(
+        "store-url-of-no-known-kind",
+        {"store": "ftp://runs.example.com/agents"},
+        reason="NotRetryable",
+        message="unknown store URL scheme 'ftp'",
+    ),
+    Malformed(
+        "store-url-with-a-password-in-it",
+        {"store": f"s3://AKIA1:topsecret@runs/x?endpoint=127.0.0.1:{_CLOSED_PORT}"},
+        reason="NotRetryable",
+        message="holds credentials",
+        hidden="topsecret",
+    ),
+    Malformed(
+        "store-url-without-a-bucket",
+        {"store": f"s3://?endpoint=127.0.0.1:{_CLOSED_PORT}"},
+        reason="NotRetryable",
+        message="names no bucket",
+    ),
+    Malformed(
+        "resources-of-no-known-quantity",
+        {"resources": {"limits": {"memory": "lots"}}},
+        reason="PodInvalid",
+        message="quantities must match",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def run_alongside(bench: Bench, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A healthy run that works on while the bad manifests come and go: its tool waits
+    until the last test of the corpus releases it."""
+    markers = tmp_path_factory.mktemp("alongside")
+    name = f"alongside-{uuid.uuid4().hex[:6]}"
+    bench.apply(name, markers, prompt=use("alongside"))
+    wait_for(lambda: starts(markers, "alongside") == 1, "the healthy run's tool to start")
+    yield name
+    release(markers, "alongside")
+
+
+def unharmed(bench: Bench, name: str) -> None:
+    now = status(bench.run(name))
+    assert now["phase"] == "Running" and now["attempt"] == 1, now
+    assert now.get("restarts", 0) == 0 and not now.get("reason"), now
+
+
+@pytest.mark.parametrize("bad", MALFORMED, ids=[m.id for m in MALFORMED])
+def test_a_malformed_agentrun_is_turned_away_with_a_clear_message(
+    bench: Bench, markers: Path, run_alongside: str, bad: Malformed
+) -> None:
+    name = run_name()
+    if bad.name_length is not None:
+        name = (name + "-" + "n" * bad.name_length)[: bad.name_length]
+    spec: JSON = {
+        "model": "claude-sonnet-5",
+        "prompt": "hi",
+        "agent": "tests.agents.marker_agent:make_agent",
+        "env": [{"name": "MARKER_DIR", "value": str(markers)}],
+        "restartPolicy": {"initialBackoffSeconds": 0},
+    }
+    for key, value in bad.spec.items():
+        if value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    manifest = {
+        "apiVersion": "alpineagents.dev/v1",
+        "kind": "AgentRun",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    }
+    # create, not a client-side apply: that copies a 2 MB manifest into an annotation.
+    created = bench.plane.kubectl("create", "-f", "-", check=False, input=yaml.safe_dump(manifest))
+    if bad.refused:
+        assert created.returncode != 0, f"{bad.id} was accepted"
+        for text in bad.refused:
+            assert text in created.stderr, created.stderr
+    else:
+        assert created.returncode == 0, created.stderr
+        failed = ended(bench, name)
+        assert failed["phase"] == "Failed", failed
+        assert failed["reason"] == bad.reason, failed
+        assert bad.message in failed["message"], failed
+        assert len(bench.pods(name)) <= 1  # not retried: it would fail the same way again
+        if bad.hidden:
+            said = json.dumps(failed) + bench.operator.log_tail(400)
+            assert bad.hidden not in said, "a secret reached the status or the operator's log"
+    unharmed(bench, run_alongside)
+
+
+def test_a_name_at_the_length_limit_runs(bench: Bench, markers: Path, run_alongside: str) -> None:
+    name = (run_name() + "-" + "n" * 63)[:63]
+    release(markers, "limit")
+    bench.apply(name, markers, prompt=use("limit"))
+    done = ended(bench, name)
+    assert done["phase"] == "Succeeded", done
+    assert [p["metadata"]["name"] for p in bench.pods(name)] == [f"{name}-1"]
+    unharmed(bench, run_alongside)
+
+
+def test_the_run_alongside_the_malformed_ones_succeeds(bench: Bench, run_alongside: str) -> None:
+    unharmed(bench, run_alongside)
+    markers = Path(
+        next(
+            e["value"] for e in bench.run(run_alongside)["spec"]["env"] if e["name"] == "MARKER_DIR"
+        )
+    )
+    release(markers, "alongside")
+    done = ended(bench, run_alongside)
+    assert done["phase"] == "Succeeded", done
+    assert done["answer"] == "step returned: alongside done"
+    assert done.get("restarts", 0) == 0 and starts(markers, "alongside") == 1

@@ -340,6 +340,82 @@ def test_env_from_secret_configmap_and_fields_reaches_the_process(
 
 
 @pytest.mark.bench_infra
+def test_secret_and_configmap_volumes_are_files_their_env_paths_point_to(
+    pod_runner: PodRunner, api: Any, core: Any, namespace: str
+) -> None:
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "spec"}, "stringData": {"spec.json": '{"a": 1}'}}
+    )
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "conf"}, "data": {"one": "1", "two": "2"}}
+    )
+    script = (
+        "import json, os, stat\n"
+        "spec = os.environ['SPEC_FILE']\n"
+        "seen = {'spec': open(spec).read(), 'mode': oct(stat.S_IMODE(os.stat(spec).st_mode)),\n"
+        "        'two': open(os.environ['CONF_DIR'] + '/renamed').read(),\n"
+        "        'one': os.path.exists(os.environ['CONF_DIR'] + '/one')}\n"
+        "open(os.environ['TERMINATION_MESSAGE_PATH'], 'w').write(json.dumps(seen))\n"
+    )
+    env = [
+        {"name": "SPEC_FILE", "value": "/etc/spec/spec.json"},
+        {"name": "CONF_DIR", "value": "/etc/conf"},
+    ]
+    pod = _pod("volumes", script, env=env)
+    pod["spec"]["volumes"] = [
+        {"name": "spec", "secret": {"secretName": "spec", "defaultMode": 0o440}},
+        {
+            "name": "conf",
+            "configMap": {"name": "conf", "items": [{"key": "two", "path": "renamed"}]},
+        },
+    ]
+    pod["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "spec", "mountPath": "/etc/spec", "readOnly": True},
+        {"name": "conf", "mountPath": "/etc/conf/"},
+    ]
+    _create(core, namespace, pod)
+    done = wait_for_pod(api, namespace, "volumes", _phase("Succeeded", "Failed"))
+    seen = json.loads(_main_status(done)["state"]["terminated"]["message"])
+    assert seen == {"spec": '{"a": 1}', "mode": "0o440", "two": "2", "one": False}
+
+
+@pytest.mark.bench_infra
+def test_a_missing_secret_volume_holds_the_container_until_it_exists(
+    pod_runner: PodRunner, api: Any, core: Any, namespace: str
+) -> None:
+    script = (
+        "import os\n"
+        "message = open(os.environ['TERMINATION_MESSAGE_PATH'], 'w')\n"
+        "message.write(open(os.environ['KEY_FILE']).read())\n"
+    )
+    pod = _pod("mounts-later", script, env=[{"name": "KEY_FILE", "value": "/v/k"}])
+    pod["spec"]["volumes"] = [{"name": "v", "secret": {"secretName": "later-volume"}}]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "v", "mountPath": "/v"}]
+    _create(core, namespace, pod)
+    waiting = wait_for_pod(
+        api,
+        namespace,
+        "mounts-later",
+        lambda p: (
+            p is not None
+            and any(
+                "MountVolume.SetUp failed" in s["state"].get("waiting", {}).get("message", "")
+                for s in p["status"].get("containerStatuses") or []
+            )
+        ),
+    )
+    assert waiting is not None and waiting["status"]["phase"] == "Pending"
+    [container] = waiting["status"]["containerStatuses"]
+    assert container["state"]["waiting"]["reason"] == "ContainerCreating"
+    assert 'secret "later-volume" not found' in container["state"]["waiting"]["message"]
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "later-volume"}, "stringData": {"k": "mounted"}}
+    )
+    done = wait_for_pod(api, namespace, "mounts-later", _phase("Succeeded", "Failed"))
+    assert _main_status(done)["state"]["terminated"]["message"] == "mounted"
+
+
+@pytest.mark.bench_infra
 def test_missing_secret_holds_the_container_until_it_exists(
     pod_runner: PodRunner, api: Any, core: Any, namespace: str
 ) -> None:

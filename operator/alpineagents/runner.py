@@ -354,16 +354,19 @@ def open_run_store(url: str | None, environ: Mapping[str, str] | None = None) ->
     Raises :class:`SpecError` for a URL it cannot use (unknown scheme, missing
     credentials) and :class:`StoreUnavailable` when the store cannot be reached.
     """
-    from .store_url import open_store
+    from .store_url import open_store, redact
 
     env = os.environ if environ is None else environ
     location = url or env.get("ALPINEAGENTS_STORE") or DEFAULT_STORE
     try:
         return open_store(location, env=dict(env))
     except (ValueError, TypeError, LookupError) as error:
-        raise SpecError("store", f"{location}: {error}") from None
+        # The URL itself may hold a secret by mistake: it is never shown as given.
+        raise SpecError("store", f"{redact(location)}: {error}") from None
     except Exception as error:
-        raise StoreUnavailable(f"cannot reach the store {location}: {error_text(error)}") from None
+        raise StoreUnavailable(
+            f"cannot reach the store {redact(location)}: {error_text(error)}"
+        ) from None
 
 
 class _LoggedStore(Store):

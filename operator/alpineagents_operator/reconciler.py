@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from alpineagents import Store
+from alpineagents.store_url import redact
 
 from . import store_view
 from .cluster import Cluster, PodRefused, failure_text
@@ -200,7 +201,7 @@ class Reconciler:
         try:
             store = self._store(url)
         except Exception as error:  # a bad URL: let the pod report it in its own words
-            return SavedView(exists=False, error=f"cannot open store {url!r}: {error}")
+            return SavedView(exists=False, error=f"cannot open store {redact(url)!r}: {error}")
         return await asyncio.to_thread(store_view.read_saved, store, run.state_id)
 
     async def _apply(self, run: AgentRunView, body: JSON, decision: Decision) -> Decision:

@@ -40,6 +40,14 @@ What it does
   spec.nodeName, spec.serviceAccountName, status.podIP(s), status.hostIP(s)). A missing
   non-optional Secret/ConfigMap/key leaves the container Waiting with reason
   ``CreateContainerConfigError`` and is retried every second, as the kubelet does.
+- Secret and ConfigMap volumes: their files (all keys, or the ``items`` asked for, with
+  ``defaultMode``/``mode``) are written to a folder of the pod's own. Nothing can be
+  mounted at ``mountPath`` (there is no mount namespace), so an environment value that
+  names a path at or under a mounted volume's ``mountPath`` is rewritten to that folder:
+  ``ALPINEAGENTS_SPEC_FILE=/etc/x/spec.json`` reaches the process as
+  ``<pod folder>/volumes/<volume>/spec.json``. A missing non-optional Secret or ConfigMap
+  (or key) leaves the container Waiting (``ContainerCreating``, the kubelet's
+  ``MountVolume.SetUp failed`` message) and is retried every second.
 - Termination messages: ``terminationMessagePath`` cannot be mounted, so each attempt
   gets a local file whose path is in the env var ``TERMINATION_MESSAGE_PATH`` (this
   overrides any value from the pod spec). Up to 4096 bytes of it become
@@ -74,7 +82,8 @@ What it does NOT emulate
   command runs with this machine's files, Python and installed packages. A container with
   no command and no ``entrypoints=`` entry for its image stays Waiting
   (``CreateContainerError``).
-- Volumes and mounts: none. ``volumeMounts``, ``workingDir``, projected service-account
+- Volumes and mounts: only Secret and ConfigMap volumes, as files plus rewritten
+  environment paths (see above). Other volumes, ``workingDir``, projected service-account
   tokens, ``subPath`` and ``terminationMessagePath`` are ignored (the working directory is
   a fresh temporary directory instead). Processes see the real filesystem.
 - Isolation: no container runtime, cgroups or namespaces: no resource limit is enforced
@@ -473,6 +482,14 @@ def expand(text: str, variables: Mapping[str, str]) -> str:
         cursor += 1
     out.append(text[checkpoint:])
     return "".join(out)
+
+
+def _remount(value: str, mounted: Mapping[str, Path]) -> str:
+    """``value`` with a leading mountPath of a mounted volume replaced by its folder."""
+    for mount_path, folder in mounted.items():
+        if value == mount_path or value.startswith(mount_path + "/"):
+            return str(folder) + value[len(mount_path) :]
+    return value
 
 
 def effective_grace_seconds(pod: Mapping[str, Any]) -> int:
@@ -1339,6 +1356,8 @@ class PodRunner:
         (StartError), or None when it cannot start now."""
         try:
             env = self._container_env(pod, container)
+            mounted = self._mount_volumes(pod, container)
+            env = {name: _remount(value, mounted) for name, value in env.items()}
             argv = self._argv(container, env)
         except _ConfigError as error:
             with pod.lock:
@@ -1550,6 +1569,42 @@ class PodRunner:
             if resolved is not None:
                 env[name] = resolved
         return env
+
+    def _mount_volumes(self, pod: _Pod, container: _Container) -> dict[str, Path]:
+        """Write the files of the container's Secret and ConfigMap volumes into the pod's
+        folder; returns each one's mountPath and where its files are."""
+        volumes = {v["name"]: v for v in pod.spec.get("volumes") or []}
+        mounted: dict[str, Path] = {}
+        for mount in container.spec.get("volumeMounts") or []:
+            volume = volumes.get(mount["name"]) or {}
+            if "secret" in volume:
+                source, kind, name = volume["secret"], "secret", volume["secret"]["secretName"]
+                files = self._secret(pod.namespace, name, True)
+            elif "configMap" in volume:
+                source, kind, name = volume["configMap"], "configmap", volume["configMap"]["name"]
+                files = self._config_map(pod.namespace, name, True)
+            else:
+                continue
+            failed = f'MountVolume.SetUp failed for volume "{mount["name"]}" : {kind} "{name}"'
+            if files is None:
+                if source.get("optional"):
+                    files = {}
+                else:
+                    raise _ConfigError("ContainerCreating", f"{failed} not found")
+            items = source.get("items") or [{"key": key, "path": key} for key in files]
+            folder = pod.directory / "volumes" / mount["name"]
+            folder.mkdir(parents=True, exist_ok=True)
+            for item in items:
+                if item["key"] not in files:
+                    if source.get("optional"):
+                        continue
+                    raise _ConfigError("ContainerCreating", f"{failed}: no key {item['key']!r}")
+                target = folder / item["path"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(files[item["key"]], encoding="utf-8", errors="surrogateescape")
+                target.chmod(int(item.get("mode", source.get("defaultMode", 0o644))))
+            mounted[str(mount["mountPath"]).rstrip("/")] = folder
+        return mounted
 
     def _env_value(self, pod: _Pod, source: Mapping[str, Any]) -> str | None:
         if "fieldRef" in source:
