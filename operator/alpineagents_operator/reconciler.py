@@ -26,7 +26,7 @@ from .config import OperatorConfig
 from .metrics import OperatorMetrics
 from .pods import pod_manifest, spec_secret, spec_secret_name, store_url
 from .reconcile import Decision, claim_refused, decide, pod_refused
-from .views import JSON, AgentRunView, PodView, SavedView
+from .views import JSON, AgentRunView, PodView, SavedView, labels_pods
 
 _log = logging.getLogger(__name__)
 _MAX_STEPS = 8  # per call; a healthy run converges in 3 (lost → Interrupted → resumed)
@@ -158,6 +158,8 @@ class Reconciler:
     async def stop_run(self, namespace: str, name: str) -> int:
         """Delete a deleted run's live pods gracefully; returns how many pods still
         exist (the onDelete=Delete handler waits for 0 before deleting the State)."""
+        if not labels_pods(name):
+            return 0  # no pod can carry its name (and a selector by it is refused)
         pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
         remaining = 0
         for raw in pods:
@@ -184,10 +186,11 @@ class Reconciler:
             await self.stop_run(namespace, name)
             self.metrics.record_phase(namespace, name, None)
             self._due_at.pop((namespace, name), None)
+            self._claim_failures.pop((namespace, name), None)
             return None
         run = AgentRunView.from_body(body)
         raw_pods: list[JSON] = []
-        if run.name_problem is None:  # a name no label can hold has no pods to list
+        if labels_pods(name):  # else no pod can exist, and a selector by it is refused
             raw_pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
         pods = [PodView.from_pod(p) for p in raw_pods]
         decision = decide(run, pods, None, self._clock())

@@ -68,6 +68,11 @@ def state_id_for(namespace: str, name: str, uid: str) -> str:
     return f"{namespace}.{name}.{uid[:8]}"
 
 
+def labels_pods(run_name: str) -> bool:
+    """Whether ``run_name`` can be the value of its pods' run label (so they can exist)."""
+    return len(run_name) <= MAX_NAME_LENGTH
+
+
 def pod_name_for(run_name: str, attempt: int) -> str:
     """Pod names carry the attempt, so a retried step finds (and adopts) its own pod."""
     return f"{run_name}-{attempt}"
@@ -211,7 +216,7 @@ class AgentRunView:
     def name_problem(self) -> str | None:
         """Why this run's name cannot work (None: it can). A longer name than
         :data:`MAX_NAME_LENGTH` cannot label its pods, so no pod of it can exist."""
-        if len(self.name) <= MAX_NAME_LENGTH:
+        if labels_pods(self.name):
             return None
         return (
             f"metadata.name is {len(self.name)} characters, more than the "
