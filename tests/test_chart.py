@@ -315,6 +315,8 @@ _OPERATOR_NEEDS = {
     *(("alpineagents.dev", "agentruns", v) for v in ("get", "list", "watch", "patch", "update")),
     *(("alpineagents.dev", "agentruns/status", v) for v in ("get", "patch", "update")),
     *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
+    ("", "secrets", "create"),  # each pod's spec; never get, list or watch
+    ("", "secrets", "delete"),
     ("", "events", "create"),
     ("", "events", "patch"),
 }
