@@ -26,10 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from alpineagents import Message, State, Store
-from alpineagents.minio_store import StateFencedError
-from alpineagents.store import Record
-from alpineagents.store_url import open_store
+from alpineagents import Message, Record, State, StateFencedError, Store, open_store
 from alpineagents_operator.cluster import Cluster
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.reconciler import Reconciler

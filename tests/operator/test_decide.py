@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from alpineagents_operator.reconcile import Decision, conditions_for, decide
+from alpineagents_operator.decide import Decision, conditions_for, decide
 from alpineagents_operator.views import (
     AgentRunView,
     PendingApproval,
@@ -541,7 +541,7 @@ def test_state_ids_differ_between_agentruns_of_the_same_name() -> None:
 
 
 def test_an_invalid_pod_fails_the_run_with_the_servers_words() -> None:
-    from alpineagents_operator.reconcile import pod_refused
+    from alpineagents_operator.decide import pod_refused
 
     message = 'Pod "triage-1" is invalid: spec.containers[0].resources.limits[memory]: Invalid value: "lots"'
     decision = pod_refused(run(), 1, 422, message, NOW)
@@ -552,7 +552,7 @@ def test_an_invalid_pod_fails_the_run_with_the_servers_words() -> None:
 
 
 def test_a_forbidden_pod_keeps_the_phase_and_is_tried_again() -> None:
-    from alpineagents_operator.reconcile import pod_refused
+    from alpineagents_operator.decide import pod_refused
 
     interrupted = run("Interrupted", attempt=1, nextAttemptAt=EARLIER, restarts=1)
     decision = pod_refused(interrupted, 2, 403, "exceeded quota: pods=10", NOW)
@@ -588,7 +588,7 @@ def test_a_run_answered_before_its_pod_vanished_counts_no_restart() -> None:
 
 
 def test_an_unclaimable_state_holds_the_replacement_back_with_a_warning() -> None:
-    from alpineagents_operator.reconcile import claim_refused
+    from alpineagents_operator.decide import claim_refused
 
     interrupted = run("Interrupted", attempt=1, nextAttemptAt=EARLIER, restarts=1)
     decision = claim_refused(interrupted, 2, "StoreUnavailableError: timed out", 1, NOW)
@@ -606,7 +606,7 @@ def test_an_unclaimable_state_holds_the_replacement_back_with_a_warning() -> Non
 
 
 def test_claim_retries_back_off_and_warn_once() -> None:
-    from alpineagents_operator.reconcile import claim_refused
+    from alpineagents_operator.decide import claim_refused
 
     first = claim_refused(run("Interrupted", attempt=1), 2, "boom", 1, NOW)
     held = run("Interrupted", attempt=1, **first.status)
