@@ -143,6 +143,11 @@ class Bench:
         items.sort(key=lambda e: (e.get("lastTimestamp") or "", e["metadata"]["creationTimestamp"]))
         return [e["reason"] for e in items if e.get("involvedObject", {}).get("kind") == "AgentRun"]
 
+    def run_credentials(self, name: str, namespace: str = NAMESPACE) -> dict[str, str]:
+        """The store credentials in the run's own Secret."""
+        secret = self.core.read_namespaced_secret(f"{name}-store-credentials", namespace)
+        return {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
+
     # ---- the store
     def saved(self, state_id: str) -> Any:
         env = {
@@ -316,6 +321,66 @@ def test_a_pod_deleted_mid_tool_is_replaced_and_the_call_is_not_run_again(
     assert "alpineagents_resume_latency_seconds_count" in metrics
 
 
+def test_a_run_pod_holds_credentials_for_its_own_run_only(bench: Bench, markers: Path) -> None:
+    from minio import Minio
+    from minio.error import S3Error
+
+    from alpineagents.store.base import encode_id
+
+    other = run_name()
+    release(markers, "other")
+    bench.apply(other, markers, prompt=use("other"))
+    other_state = status(bench.wait_phase(other, "Succeeded"))["stateId"]
+    name = run_name()
+    bench.apply(name, markers, prompt=use("slow"))
+    wait_for(lambda: starts(markers, "slow") == 1, "the tool to start")
+    [pod] = bench.pods(name)
+    # The pod names its own run's Secret, never the store's broad key.
+    spec = pod["spec"]
+    secrets = {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v} | {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for e in spec["containers"][0]["env"]
+        if "secretKeyRef" in (e.get("valueFrom") or {})
+    }
+    assert secrets == {"anthropic", f"{name}-store-credentials"}
+    env = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+    assert "AWS_ACCESS_KEY_ID" not in env and "AWS_ACCESS_KEY_ID_FILE" in env
+    first = bench.run_credentials(name)
+    assert first["AWS_ACCESS_KEY_ID"] != bench.minio.access_key
+
+    client = Minio(
+        bench.minio.endpoint,
+        access_key=first["AWS_ACCESS_KEY_ID"],
+        secret_key=first["AWS_SECRET_ACCESS_KEY"],
+        session_token=first["AWS_SESSION_TOKEN"],
+        secure=False,
+        region="us-east-1",  # looking the region up is a bucket request: refused too
+    )
+    prefix = bench.store_url.split("/", 3)[3].split("?")[0]
+    state_id = status(bench.run(name))["stateId"]
+    client.stat_object(bench.minio.bucket, f"{prefix}{encode_id(state_id)}/info.json")
+    for refused in (
+        lambda: client.stat_object(
+            bench.minio.bucket, f"{prefix}{encode_id(other_state)}/info.json"
+        ),
+        lambda: list(client.list_objects(bench.minio.bucket, prefix=prefix)),
+        lambda: list(client.list_objects(bench.minio.bucket)),
+    ):
+        with pytest.raises(S3Error) as caught:
+            refused()
+        assert caught.value.response.status == 403
+
+    # A resumed run's pod gets new credentials; the run goes on with them.
+    bench.plane.kubectl("delete", "pod", f"{name}-1", "-n", NAMESPACE, "--wait=false")
+    bench.wait_run(name, lambda r: status(r).get("attempt") == 2, "attempt 2")
+    wait_for(
+        lambda: bench.run_credentials(name)["AWS_ACCESS_KEY_ID"] != first["AWS_ACCESS_KEY_ID"],
+        "new credentials for attempt 2",
+    )
+    done = status(bench.wait_phase(name, "Succeeded"))
+    assert done["attempt"] == 2 and bench.saved(done["stateId"]).answer == done["answer"]
+
+
 @pytest.mark.parametrize("disruption", ["evict", "oom_kill"])
 def test_a_hard_killed_pod_resumes_and_the_call_is_closed_unknown(
     bench: Bench, node: PodRunner, markers: Path, disruption: str
@@ -397,19 +462,50 @@ def test_an_approval_round_trip_through_spec_approvals(bench: Bench, markers: Pa
 
 def test_an_exhausted_restart_budget_ends_failed(bench: Bench, markers: Path) -> None:
     name = run_name()
-    closed = free_port()  # nothing listens: every pod finds the store unavailable
+    closed = free_port()  # nothing listens: every pod finds the model unavailable
     bench.apply(
         name,
         markers,
         prompt="hi",
-        store=f"s3://runs/x?endpoint=127.0.0.1:{closed}&secure=false&timeout=1&retry_budget=1",
+        env=[
+            {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{closed}"},
+            {"name": "ALPINEAGENTS_MODEL_RETRIES", "value": "1"},
+        ],
         restartPolicy={"maxRestarts": 1, "initialBackoffSeconds": 0},
     )
     failed = status(bench.wait_phase(name, "Failed"))
     assert failed["reason"] == "RestartLimitExceeded"
     assert failed["restarts"] == 2 and failed["attempt"] == 2
-    assert "store unavailable" in failed["message"]
+    assert "model unavailable" in failed["message"]
     assert "maxRestarts=1" in failed["message"]
+
+
+def test_a_store_that_does_not_answer_keeps_the_run_pending_and_says_why(
+    bench: Bench, markers: Path
+) -> None:
+    name = run_name()
+    closed = free_port()  # nothing listens: no credentials can be minted for the pod
+    bench.apply(
+        name,
+        markers,
+        prompt="hi",
+        store=f"s3://runs/x?endpoint=127.0.0.1:{closed}&secure=false&timeout=1&retry_budget=1",
+    )
+    waiting = status(
+        bench.wait_run(
+            name,
+            lambda r: status(r).get("reason") == "CredentialsUnavailable",
+            "reason CredentialsUnavailable",
+        )
+    )
+    assert waiting.get("phase") in (None, "Pending")
+    assert "did not answer" in waiting["message"]
+    assert (
+        bench.core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"alpineagents.dev/run={name}"
+        ).items
+        == []
+    )
 
 
 def test_deleting_an_agentrun_with_ondelete_delete_removes_its_state(

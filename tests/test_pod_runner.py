@@ -340,46 +340,6 @@ def test_env_from_secret_configmap_and_fields_reaches_the_process(
 
 
 @pytest.mark.bench_infra
-def test_secret_and_configmap_volumes_are_files_their_env_paths_point_to(
-    pod_runner: PodRunner, api: Any, core: Any, namespace: str
-) -> None:
-    core.create_namespaced_secret(
-        namespace, {"metadata": {"name": "spec"}, "stringData": {"spec.json": '{"a": 1}'}}
-    )
-    core.create_namespaced_config_map(
-        namespace, {"metadata": {"name": "conf"}, "data": {"one": "1", "two": "2"}}
-    )
-    script = (
-        "import json, os, stat\n"
-        "spec = os.environ['SPEC_FILE']\n"
-        "seen = {'spec': open(spec).read(), 'mode': oct(stat.S_IMODE(os.stat(spec).st_mode)),\n"
-        "        'two': open(os.environ['CONF_DIR'] + '/renamed').read(),\n"
-        "        'one': os.path.exists(os.environ['CONF_DIR'] + '/one')}\n"
-        "open(os.environ['TERMINATION_MESSAGE_PATH'], 'w').write(json.dumps(seen))\n"
-    )
-    env = [
-        {"name": "SPEC_FILE", "value": "/etc/spec/spec.json"},
-        {"name": "CONF_DIR", "value": "/etc/conf"},
-    ]
-    pod = _pod("volumes", script, env=env)
-    pod["spec"]["volumes"] = [
-        {"name": "spec", "secret": {"secretName": "spec", "defaultMode": 0o440}},
-        {
-            "name": "conf",
-            "configMap": {"name": "conf", "items": [{"key": "two", "path": "renamed"}]},
-        },
-    ]
-    pod["spec"]["containers"][0]["volumeMounts"] = [
-        {"name": "spec", "mountPath": "/etc/spec", "readOnly": True},
-        {"name": "conf", "mountPath": "/etc/conf/"},
-    ]
-    _create(core, namespace, pod)
-    done = wait_for_pod(api, namespace, "volumes", _phase("Succeeded", "Failed"))
-    seen = json.loads(_main_status(done)["state"]["terminated"]["message"])
-    assert seen == {"spec": '{"a": 1}', "mode": "0o440", "two": "2", "one": False}
-
-
-@pytest.mark.bench_infra
 def test_a_missing_secret_volume_holds_the_container_until_it_exists(
     pod_runner: PodRunner, api: Any, core: Any, namespace: str
 ) -> None:
@@ -443,6 +403,56 @@ def test_missing_secret_holds_the_container_until_it_exists(
     )
     pod = wait_for_pod(api, namespace, "waits", _phase("Succeeded", "Failed"))
     assert _main_status(pod)["state"]["terminated"]["message"] == "t0k"
+
+
+# Reads the mounted key once, says so, waits for it to change, and reports both values.
+_FOLLOWS_A_SECRET_FILE = """
+import os, pathlib, time
+path = pathlib.Path(os.environ["TOKEN_FILE"])
+first = path.read_text()
+pathlib.Path(os.environ["READY"]).write_text(first)
+while path.read_text() == first:
+    time.sleep(0.05)
+open(os.environ["TERMINATION_MESSAGE_PATH"], "w").write(first + " then " + path.read_text())
+"""
+
+
+@pytest.mark.bench_infra
+def test_a_secret_volume_reaches_the_process_and_follows_the_secret(
+    pod_runner: PodRunner, api: Any, core: Any, namespace: str, tmp_path: Path
+) -> None:
+    env, ready, _ = _files_env(tmp_path)
+    env.append({"name": "TOKEN_FILE", "value": "/var/run/secrets/app/token"})
+    pod = _pod(
+        "mounts",
+        _FOLLOWS_A_SECRET_FILE,
+        env=env,
+        volumeMounts=[{"name": "creds", "mountPath": "/var/run/secrets/app", "readOnly": True}],
+    )
+    pod["spec"]["volumes"] = [{"name": "creds", "secret": {"secretName": "app-creds"}}]
+    _create(core, namespace, pod)
+    waiting = wait_for_pod(
+        api,
+        namespace,
+        "mounts",
+        lambda p: (
+            p is not None
+            and any(
+                s["state"].get("waiting", {}).get("reason") == "ContainerCreating"
+                and "app-creds" in s["state"]["waiting"].get("message", "")
+                for s in p["status"].get("containerStatuses") or []
+            )
+        ),
+    )
+    assert waiting is not None and waiting["status"]["phase"] == "Pending"
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "app-creds"}, "stringData": {"token": "first"}}
+    )
+    _eventually(ready.exists, "the process to read the mounted file")
+    assert ready.read_text() == "first"
+    core.patch_namespaced_secret("app-creds", namespace, {"stringData": {"token": "second"}})
+    done = wait_for_pod(api, namespace, "mounts", _phase("Succeeded", "Failed"))
+    assert _main_status(done)["state"]["terminated"]["message"] == "first then second"
 
 
 @pytest.mark.bench_infra

@@ -182,15 +182,35 @@ def pod_refused(
     (403 from a quota, 5xx) may pass later: the run stays Pending, says why, and the
     step is tried again.
     """
-    step = _Step(run, (), None, now)
     name = pod_name_for(run.name, attempt)
     if status in (400, 413, 422):
-        return step._fail("PodInvalid", f"pod {name} was refused: {message}", {})
+        return _Step(run, (), None, now)._fail(
+            "PodInvalid", f"pod {name} was refused: {message}", {}
+        )
+    return start_blocked(run, attempt, "PodRefused", f"pod {name} was refused: {message}", now)
+
+
+def start_blocked(
+    run: AgentRunView,
+    attempt: int,
+    reason: str,
+    message: str,
+    now: datetime,
+    retry_after: float = 10.0,
+) -> Decision:
+    """The step after pod ``attempt`` could not be started yet (a refusal that may pass,
+    store credentials that could not be minted, a State that could not be claimed): the
+    run keeps its phase, says why in ``reason``/``message`` (with a Warning Event when
+    the reason is new), and the step is tried again in ``retry_after`` seconds."""
+    events: tuple[RunEvent, ...] = ()
+    if run.status.raw.get("reason") != reason:
+        events = (RunEvent("Warning", reason, message),)
     # The phase stays: the step that wanted the pod is simply taken again later.
-    return step._to(
-        {"reason": "PodRefused", "message": f"pod {name} was refused: {message}"},
-        requeue_after=10.0,
-        note=f"pod {name} refused ({status}); trying again",
+    return _Step(run, (), None, now)._to(
+        {"reason": reason, "message": message},
+        events=events,
+        requeue_after=retry_after,
+        note=f"pod {pod_name_for(run.name, attempt)} not started ({reason}); trying again",
     )
 
 
@@ -198,16 +218,14 @@ def claim_refused(
     run: AgentRunView, attempt: int, error: str, failures: int, now: datetime
 ) -> Decision:
     """The step after the operator could not claim (fence) the run's State before
-    creating pod ``attempt``: that pod is not created.
+    creating pod ``attempt``: that pod is not created (see :func:`start_blocked`).
 
     A lost pod that still runs (its node cut off, a force delete) could otherwise write
-    into the State next to its successor. The phase stays, ``reason: FencingFailed``
-    says why, a Warning Event is posted the first time, and the step (read the saved
-    State, claim, create) is taken again after a backoff that doubles with each of the
-    ``failures`` so far, up to :data:`CLAIM_RETRY_MAX_SECONDS`. It is no restart: no pod
-    was lost.
+    into the State next to its successor. The reason is ``FencingFailed``, and the step
+    (read the saved State, claim, create) is taken again after a backoff that doubles
+    with each of the ``failures`` so far, up to :data:`CLAIM_RETRY_MAX_SECONDS`. It is
+    no restart: no pod was lost.
     """
-    step = _Step(run, (), None, now)
     name = pod_name_for(run.name, attempt)
     delay = min(CLAIM_RETRY_MAX_SECONDS, 2.0 ** max(0, failures - 1))
     message = (
@@ -215,15 +233,7 @@ def claim_refused(
         f"that may still be running cannot be fenced off it: {error}; pod {name} starts "
         f"once the claim succeeds (try {failures + 1} in {delay:g}s)"
     )
-    events: tuple[RunEvent, ...] = ()
-    if run.status.raw.get("reason") != "FencingFailed":
-        events = (RunEvent("Warning", "FencingFailed", message),)
-    return step._to(
-        {"reason": "FencingFailed", "message": message},
-        events=events,
-        requeue_after=delay,
-        note=f"claim of State {run.state_id} failed ({failures}x): pod {name} waits",
-    )
+    return start_blocked(run, attempt, "FencingFailed", message, now, retry_after=delay)
 
 
 def conditions_for(

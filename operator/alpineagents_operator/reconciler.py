@@ -23,9 +23,10 @@ from alpineagents.store import redact
 from . import saved_state
 from .cluster import Cluster, PodRefused, failure_text
 from .config import OperatorConfig
-from .decide import Decision, claim_refused, decide, pod_refused
+from .credential_issuer import RunCredentialIssuer
+from .decide import Decision, claim_refused, decide, pod_refused, start_blocked
 from .metrics import OperatorMetrics
-from .pods import pod_manifest, spec_secret, spec_secret_name, store_url
+from .pods import forbidden_secret_refs, pod_manifest, spec_secret, store_url
 from .views import JSON, AgentRunView, PodView, SavedView, labels_pods
 
 _log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class Reconciler:
         """The last error each run's resync step logged (so it is logged once)."""
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
+        self.credentials = RunCredentialIssuer(config, cluster, clock=clock)
+        """Gives each pod its own short-lived store credentials (see its module)."""
         self.last_step_at = 0.0
         """Monotonic time of the last finished step (the liveness probe reports it)."""
 
@@ -197,7 +200,11 @@ class Reconciler:
         if decision.needs_saved:
             saved = await self._read_saved(run)
             decision = decide(run, pods, saved, self._clock())
-        return await self._apply(run, body, decision)
+        applied = await self._apply(run, body, decision)
+        renew_in = await self.credentials.renew_if_due(run, pods)
+        if renew_in is not None:
+            self.requeue(namespace, name, renew_in)
+        return applied
 
     async def _read_saved(self, run: AgentRunView) -> SavedView:
         url = store_url(run, self.config)
@@ -224,10 +231,21 @@ class Reconciler:
                 return await self._apply(run, body, refused)
             self._claim_failures.pop(key, None)
         if decision.create_pod is not None:
+            forbidden = forbidden_secret_refs(run, self.config)
+            if forbidden is not None:
+                invalid = pod_refused(run, decision.create_pod, 422, forbidden, self._clock())
+                return await self._apply(run, body, invalid)
+            blocked = await self.credentials.before_pod(run, body)
+            if blocked is not None:
+                _log.warning("%s/%s: %s", *key, blocked)
+                waiting = start_blocked(
+                    run, decision.create_pod, "CredentialsUnavailable", blocked, self._clock()
+                )
+                return await self._apply(run, body, waiting)
             manifest = pod_manifest(run, decision.create_pod, self.config)
             try:
                 await asyncio.to_thread(
-                    self.cluster.put_secret, spec_secret(run, decision.create_pod)
+                    self.cluster.apply_pod_secret, spec_secret(run, decision.create_pod)
                 )
                 created = await asyncio.to_thread(self.cluster.create_pod, manifest)
             except PodRefused as refusal:
@@ -240,11 +258,6 @@ class Reconciler:
                 _log.info(
                     "%s/%s: pod %s exists already: adopting it", *key, manifest["metadata"]["name"]
                 )
-            if decision.create_pod > 1:
-                # The previous attempt's spec is not needed again (a pod that still runs
-                # read it at its start; the kubelet keeps mounted files).
-                earlier = spec_secret_name(run.name, decision.create_pod - 1)
-                await asyncio.to_thread(self.cluster.delete_secret, run.namespace, earlier)
             due = self._due_at.pop(key, None)
             if due is not None and decision.create_pod > 1:
                 self.metrics.resume_latency.observe(max(0.0, time.monotonic() - due))

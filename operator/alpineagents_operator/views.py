@@ -104,6 +104,11 @@ def pod_name_for(run_name: str, attempt: int) -> str:
     return f"{run_name}-{attempt}"
 
 
+def credentials_secret_name(run_name: str) -> str:
+    """The Secret holding a run's own short-lived store credentials."""
+    return f"{run_name}-store-credentials"
+
+
 # --------------------------------------------------------------------------- AgentRun
 @dataclass(frozen=True)
 class RestartPolicy:

@@ -40,14 +40,6 @@ What it does
   spec.nodeName, spec.serviceAccountName, status.podIP(s), status.hostIP(s)). A missing
   non-optional Secret/ConfigMap/key leaves the container Waiting with reason
   ``CreateContainerConfigError`` and is retried every second, as the kubelet does.
-- Secret and ConfigMap volumes: their files (all keys, or the ``items`` asked for, with
-  ``defaultMode``/``mode``) are written to a folder of the pod's own. Nothing can be
-  mounted at ``mountPath`` (there is no mount namespace), so an environment value that
-  names a path at or under a mounted volume's ``mountPath`` is rewritten to that folder:
-  ``ALPINEAGENTS_SPEC_FILE=/etc/x/spec.json`` reaches the process as
-  ``<pod folder>/volumes/<volume>/spec.json``. A missing non-optional Secret or ConfigMap
-  (or key) leaves the container Waiting (``ContainerCreating``, the kubelet's
-  ``MountVolume.SetUp failed`` message) and is retried every second.
 - Termination messages: ``terminationMessagePath`` cannot be mounted, so each attempt
   gets a local file whose path is in the env var ``TERMINATION_MESSAGE_PATH`` (this
   overrides any value from the pod spec). Up to 4096 bytes of it become
@@ -82,10 +74,16 @@ What it does NOT emulate
   command runs with this machine's files, Python and installed packages. A container with
   no command and no ``entrypoints=`` entry for its image stays Waiting
   (``CreateContainerError``).
-- Volumes and mounts: only Secret and ConfigMap volumes, as files plus rewritten
-  environment paths (see above). Other volumes, ``workingDir``, projected service-account
-  tokens, ``subPath`` and ``terminationMessagePath`` are ignored (the working directory is
-  a fresh temporary directory instead). Processes see the real filesystem.
+- Volumes and mounts: only ``secret`` volumes, and those only in part. Processes see the
+  real filesystem, so a mount cannot appear at its ``mountPath``: each secret volume a
+  container mounts is written (with the kubelet's atomic-writer layout: ``..data`` one
+  symlink swapped at once) into the attempt's directory, and every env value that starts
+  with the ``mountPath`` is pointed there instead. Like the kubelet, the runner updates
+  the files when the Secret changes (polled every second), waits in ContainerCreating
+  while a non-optional Secret is missing, and applies ``defaultMode``; ``items`` and
+  ``subPath`` are not supported. Every other volume, ``workingDir``, projected
+  service-account tokens and ``terminationMessagePath`` are ignored (the working
+  directory is a fresh temporary directory instead).
 - Isolation: no container runtime, cgroups or namespaces: no resource limit is enforced
   (OOM happens only when a test calls :meth:`PodRunner.oom_kill`), there is no network,
   PID, mount or UTS namespace, every pod's IP is 127.0.0.1, ports may collide, and
@@ -484,14 +482,6 @@ def expand(text: str, variables: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-def _remount(value: str, mounted: Mapping[str, Path]) -> str:
-    """``value`` with a leading mountPath of a mounted volume replaced by its folder."""
-    for mount_path, folder in mounted.items():
-        if value == mount_path or value.startswith(mount_path + "/"):
-            return str(folder) + value[len(mount_path) :]
-    return value
-
-
 def effective_grace_seconds(pod: Mapping[str, Any]) -> int:
     """The kubelet's grace period for a deleted pod (``calculateEffectiveGracePeriod``)."""
     grace = pod.get("metadata", {}).get("deletionGracePeriodSeconds") or 0
@@ -612,6 +602,51 @@ class _Pod:
         ]
 
 
+class _SecretVolume:
+    """A secret volume of one container attempt, written like the kubelet's atomic writer."""
+
+    def __init__(self, pod: _Pod, name: str, secret: str, mode: int, data: dict[str, str]) -> None:
+        self.pod = pod
+        self.name = name
+        self.secret = secret
+        self.mode = mode
+        self.data = data
+        self.folder: Path | None = None
+        self._versions = 0
+
+    def write(self, data: dict[str, str]) -> None:
+        """Write ``data`` as a new version, then swap ``..data`` to it in one rename."""
+        folder = self.folder
+        if folder is None:
+            raise RuntimeError("the volume has no folder yet")
+        folder.mkdir(parents=True, exist_ok=True)
+        self._versions += 1
+        version = f"..version-{self._versions}"
+        (folder / version).mkdir()
+        for key, value in data.items():
+            path = folder / version / key
+            path.write_text(value)
+            path.chmod(self.mode)
+            link = folder / key
+            if not link.is_symlink():
+                link.symlink_to(Path("..data") / key)
+        staging = folder / "..data_tmp"
+        staging.symlink_to(version)
+        os.replace(staging, folder / "..data")
+        self.data = dict(data)
+
+
+def _pointed_to(env: Mapping[str, str], mount_path: str, folder: Path) -> dict[str, str]:
+    """``env`` with values under ``mount_path`` moved to ``folder`` (no mounts here)."""
+    root = mount_path.rstrip("/")
+    moved = {}
+    for name, value in env.items():
+        if value == root or value.startswith(root + "/"):
+            value = str(folder) + value[len(root) :]
+        moved[name] = value
+    return moved
+
+
 class PodRunner:
     """Runs the pods bound to one Node as local processes and reports their status.
 
@@ -668,6 +703,8 @@ class PodRunner:
         self._watch_response: Any = None
         self._resource_version: str | None = None
         self._started = False
+        self._secret_volumes: list[_SecretVolume] = []
+        self._secret_thread: threading.Thread | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -682,6 +719,12 @@ class PodRunner:
             target=self._watch_loop, name=f"pod-runner-watch-{self.node_name}", daemon=True
         )
         self._watch_thread.start()
+        self._secret_thread = threading.Thread(
+            target=self._refresh_secret_volumes,
+            name=f"pod-runner-secrets-{self.node_name}",
+            daemon=True,
+        )
+        self._secret_thread.start()
 
     def stop(self, *, cleanup: bool = True) -> None:
         """SIGKILL every process, stop watching; with ``cleanup``, force-delete the pods
@@ -1356,9 +1399,8 @@ class PodRunner:
         (StartError), or None when it cannot start now."""
         try:
             env = self._container_env(pod, container)
-            mounted = self._mount_volumes(pod, container)
-            env = {name: _remount(value, mounted) for name, value in env.items()}
             argv = self._argv(container, env)
+            secret_volumes = self._secret_volume_data(pod, container)
         except _ConfigError as error:
             with pod.lock:
                 if not pod.stopping:
@@ -1378,6 +1420,12 @@ class PodRunner:
             message_path = directory / "termination-log"
             message_path.touch()
             container.log_paths.append(log_path)
+            for mount_path, volume in secret_volumes:
+                volume.folder = directory / "volumes" / volume.name
+                volume.write(volume.data)
+                env = _pointed_to(env, mount_path, volume.folder)
+                with self._lock:
+                    self._secret_volumes.append(volume)
             env = {
                 **self.base_env,
                 "HOSTNAME": pod.name,
@@ -1570,41 +1618,46 @@ class PodRunner:
                 env[name] = resolved
         return env
 
-    def _mount_volumes(self, pod: _Pod, container: _Container) -> dict[str, Path]:
-        """Write the files of the container's Secret and ConfigMap volumes into the pod's
-        folder; returns each one's mountPath and where its files are."""
-        volumes = {v["name"]: v for v in pod.spec.get("volumes") or []}
-        mounted: dict[str, Path] = {}
+    def _secret_volume_data(
+        self, pod: _Pod, container: _Container
+    ) -> list[tuple[str, _SecretVolume]]:
+        """(mountPath, volume) of each secret volume the container mounts, read now."""
+        volumes = {v.get("name"): v for v in pod.spec.get("volumes") or []}
+        found = []
         for mount in container.spec.get("volumeMounts") or []:
-            volume = volumes.get(mount["name"]) or {}
-            if "secret" in volume:
-                source, kind, name = volume["secret"], "secret", volume["secret"]["secretName"]
-                files = self._secret(pod.namespace, name, True)
-            elif "configMap" in volume:
-                source, kind, name = volume["configMap"], "configmap", volume["configMap"]["name"]
-                files = self._config_map(pod.namespace, name, True)
-            else:
+            source = (volumes.get(mount.get("name")) or {}).get("secret")
+            if not isinstance(source, dict):
                 continue
-            failed = f'MountVolume.SetUp failed for volume "{mount["name"]}" : {kind} "{name}"'
-            if files is None:
-                if source.get("optional"):
-                    files = {}
-                else:
-                    raise _ConfigError("ContainerCreating", f"{failed} not found")
-            items = source.get("items") or [{"key": key, "path": key} for key in files]
-            folder = pod.directory / "volumes" / mount["name"]
-            folder.mkdir(parents=True, exist_ok=True)
-            for item in items:
-                if item["key"] not in files:
-                    if source.get("optional"):
-                        continue
-                    raise _ConfigError("ContainerCreating", f"{failed}: no key {item['key']!r}")
-                target = folder / item["path"]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(files[item["key"]], encoding="utf-8", errors="surrogateescape")
-                target.chmod(int(item.get("mode", source.get("defaultMode", 0o644))))
-            mounted[str(mount["mountPath"]).rstrip("/")] = folder
-        return mounted
+            name, optional = source["secretName"], bool(source.get("optional"))
+            try:
+                data = self._secret(pod.namespace, name, optional)
+            except _ConfigError:
+                raise _ConfigError(
+                    "ContainerCreating",
+                    f'MountVolume.SetUp failed for volume "{mount["name"]}" : '
+                    f'secret "{name}" not found',
+                ) from None
+            volume = _SecretVolume(
+                pod, str(mount["name"]), name, int(source.get("defaultMode", 0o644)), data or {}
+            )
+            found.append((str(mount["mountPath"]), volume))
+        return found
+
+    def _refresh_secret_volumes(self) -> None:
+        """Write a Secret's new data into the volumes that mount it, as the kubelet does."""
+        while not self._stopping.wait(1.0):
+            with self._lock:
+                self._secret_volumes = [
+                    v for v in self._secret_volumes if not v.pod.finished.is_set()
+                ]
+                volumes = list(self._secret_volumes)
+            for volume in volumes:
+                try:
+                    data = self._secret(volume.pod.namespace, volume.secret, optional=True)
+                except Exception:  # the API is unreachable for a moment: next round
+                    continue
+                if data is not None and data != volume.data:
+                    volume.write(data)
 
     def _env_value(self, pod: _Pod, source: Mapping[str, Any]) -> str | None:
         if "fieldRef" in source:

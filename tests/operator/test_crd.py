@@ -188,6 +188,85 @@ def test_kubectl_explain_teaches_the_spec(plane: ControlPlane) -> None:
     assert "pendingApprovals" in status and "lastSavedSeq" in status
 
 
+MCP_SERVERS: list[dict[str, Any]] = [
+    {
+        "name": "github",
+        "url": "http://github-mcp.tools.svc:8080/mcp",
+        "headers": [
+            {"name": "Authorization", "secretKeyRef": {"name": "github-mcp", "key": "token"}}
+        ],
+        "tools": ["search_issues", "get_issue"],
+        "timeoutSeconds": 30,
+    },
+    {
+        "name": "files",
+        "command": ["python", "-m", "files_mcp"],
+        "args": ["--root", "/work"],
+        "env": [
+            {"name": "LOG_LEVEL", "value": "info"},
+            {"name": "FILES_TOKEN", "secretKeyRef": {"name": "files-mcp", "key": "token"}},
+        ],
+    },
+]
+
+
+def test_mcp_servers_are_accepted_as_given(plane: ControlPlane) -> None:
+    text = manifest(model="claude-sonnet-5", prompt="hi", mcpServers=MCP_SERVERS)
+    result = plane.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json", input=text)
+    assert json.loads(result.stdout)["spec"]["mcpServers"] == MCP_SERVERS
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        (
+            {"name": "both", "url": "http://x/mcp", "command": ["x"]},
+            "give exactly one of url (Streamable HTTP) or command",
+        ),
+        ({"name": "neither"}, "give exactly one of url (Streamable HTTP) or command"),
+        (
+            {"name": "plain", "url": "http://x/mcp", "headers": [{"name": "Authorization"}]},
+            "spec.mcpServers[0].headers[0].secretKeyRef: Required value",
+        ),
+        (
+            {
+                "name": "stdio",
+                "command": ["x"],
+                "headers": [{"name": "A", "secretKeyRef": {"name": "s", "key": "k"}}],
+            },
+            "headers are for url servers",
+        ),
+        ({"name": "web", "url": "http://x/mcp", "args": ["-v"]}, "args and env are for command"),
+        ({"name": "Web", "url": "http://x/mcp"}, "spec.mcpServers[0].name"),
+        ({"name": "web", "url": "ftp://x/mcp"}, "spec.mcpServers[0].url"),
+        ({"name": "web", "url": "http://x/mcp", "timeoutSeconds": 0}, "timeoutSeconds"),
+        (
+            {"name": "env", "command": ["x"], "env": [{"name": "A"}]},
+            "give exactly one of value or secretKeyRef",
+        ),
+    ],
+)
+def test_bad_mcp_servers_are_refused(
+    plane: ControlPlane, server: dict[str, Any], message: str
+) -> None:
+    assert message in refusal(plane, model="m", prompt="hi", mcpServers=[server])
+
+
+def test_mcp_server_names_are_unique(plane: ControlPlane) -> None:
+    twice = [{"name": "web", "url": "http://a/mcp"}, {"name": "web", "url": "http://b/mcp"}]
+    assert "Duplicate value" in refusal(plane, model="m", prompt="hi", mcpServers=twice)
+
+
+def test_kubectl_explain_documents_mcp_servers(plane: ControlPlane) -> None:
+    def explain(field: str) -> str:  # its lines are wrapped where kubectl likes
+        return " ".join(plane.kubectl("explain", field).stdout.split())
+
+    servers = explain("agentrun.spec.mcpServers")
+    assert "MCP servers whose tools the agent may call" in servers
+    assert "headers" in servers and "command" in servers and "timeoutSeconds" in servers
+    assert "never written in the AgentRun" in explain("agentrun.spec.mcpServers.headers")
+
+
 def test_status_subresource_and_printer_columns(plane: ControlPlane) -> None:
     name = f"cols-{uuid.uuid4().hex[:6]}"
     body = yaml.safe_load(manifest(model="claude-sonnet-5", prompt="hi"))

@@ -112,7 +112,10 @@ def reconciler_for(
     cluster: Kube, store_url: str, open_store_with: Callable[[str], Store]
 ) -> Reconciler:
     config = OperatorConfig(
-        namespaces=(cluster.namespace,), store=store_url, image="alpineagents:faults"
+        namespaces=(cluster.namespace,),
+        store=store_url,
+        image="alpineagents:faults",
+        run_credentials="shared",  # no pod runs here: it needs no credentials of its own
     )
     return Reconciler(config, Cluster(cluster.plane.api_client()), open_store=open_store_with)
 

@@ -594,9 +594,10 @@ def test_shell_runs_in_the_working_directory_with_limits(
 ) -> None:
     shell = tools["shell"]
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
-    assert shell(command="pwd; echo ${ANTHROPIC_API_KEY:-no key}") == (
-        f"exit code 0\n{tools['work']}\nno key\n"
-    )
+    monkeypatch.setenv("ALPINEAGENTS_MCP_CALC_HEADER_AUTHORIZATION", "Bearer s3cret")
+    assert shell(
+        command="pwd; echo ${ANTHROPIC_API_KEY:-no key} ${ALPINEAGENTS_MCP_CALC_HEADER_AUTHORIZATION:-no header}"
+    ) == (f"exit code 0\n{tools['work']}\nno key no header\n")
     with pytest.raises(builtin_tools.ToolFailed, match="exit code 3\noops"):
         shell(command="echo oops; exit 3")
     with pytest.raises(builtin_tools.ToolFailed, match=r"timed out after 0\.5s"):

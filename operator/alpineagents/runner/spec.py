@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .. import builtin_tools
+from ..mcp_spec import MCPServerSpec, MCPSpecError, parse_mcp_servers
 from ..messages import Message
 from ..pod_contract import API_VERSION, ENV_SPEC, ENV_SPEC_FILE, KIND
 from ..state import error_text
@@ -64,6 +65,7 @@ class RunPlan:
     agent: str | None = None
     require_approval: tuple[str, ...] = ()
     approvals: tuple[Approval, ...] = ()
+    mcp_servers: tuple[MCPServerSpec, ...] = ()
     spec: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
@@ -79,6 +81,7 @@ _SPEC_FIELDS = (
     "agent",
     "requireApproval",
     "approvals",
+    "mcpServers",
 )
 _IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -112,6 +115,10 @@ def parse_spec(spec: object, *, where: str = "spec") -> RunPlan:
             f"{where}.agent",
             f"{agent!r} is not an import path; write it as package.module:factory",
         )
+    try:
+        mcp_servers = parse_mcp_servers(spec, where)
+    except MCPSpecError as error:
+        raise SpecError(error.where, error.problem) from None
     warnings = []
     for key in spec:
         if key not in _SPEC_FIELDS:
@@ -131,6 +138,7 @@ def parse_spec(spec: object, *, where: str = "spec") -> RunPlan:
         agent=agent,
         require_approval=tuple(_names(spec, "requireApproval", where)),
         approvals=_parse_approvals(spec, where),
+        mcp_servers=mcp_servers,
         spec=dict(spec),
         warnings=tuple(warnings),
     )
