@@ -7,7 +7,9 @@ The folder is the pod's ``MARKER_DIR`` (set through ``spec.env``):
 
 - ``<name>.started.<pid>``: written when the step starts, one per run of the tool;
 - ``<name>.release``: the test creates it to let the step finish (create it before
-  the run to make the step return at once).
+  the run to make the step return at once);
+- ``hold.<attempt>``: while it exists, the pod of that attempt (``ALPINEAGENTS_ATTEMPT``)
+  waits before it builds its agent, so before it touches the store.
 
 With the scripted model in echo mode, a prompt line ``use step {"name": "a"}`` makes
 the model call the tool.
@@ -43,4 +45,7 @@ def step(name: str) -> str:
 
 def make_agent(spec: dict[str, Any]) -> Agent:
     """The Agent for an AgentRun spec: its model, and the ``step`` tool."""
+    hold = Path(os.environ["MARKER_DIR"]) / f"hold.{os.environ.get('ALPINEAGENTS_ATTEMPT', '')}"
+    while hold.exists():
+        time.sleep(_POLL_SECONDS)
     return Agent(str(spec["model"]), tools=[step], max_tokens=1024)
