@@ -4,6 +4,8 @@ pytest_plugins: list[str] = [
     "tests.bench.seaweedfs_server",
     "tests.bench.control_plane",
     "tests.bench.pod_runner",
+    "tests.bench.real_node",
+    "tests.bench.tool_gate",
     "tests.bench.model",
     "tests.bench.runner_process",
     "tests.bench.helm",
