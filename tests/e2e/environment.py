@@ -37,7 +37,6 @@ from tests.bench.helm import Helm
 
 JSON = dict[str, Any]
 RELEASE = "e2e"
-OPERATOR = f"{RELEASE}-alpineagents-operator"
 DEADLINE = 120.0
 """Seconds any one awaited condition may take: a safety net, not a measurement."""
 
@@ -46,13 +45,20 @@ class Environment:
     """What a test of the installed chart works with (see the module docstring)."""
 
     def __init__(
-        self, kubeconfig: Path, kubectl_path: Path, namespace: str, real_node: Any = None
+        self,
+        kubeconfig: Path,
+        kubectl_path: Path,
+        namespace: str,
+        real_node: Any = None,
+        release: str = RELEASE,
     ) -> None:
         from kubernetes import config
 
         self.kubeconfig = kubeconfig
         self.kubectl_path = kubectl_path
         self.namespace = namespace
+        self.operator = f"{release}-alpineagents-operator"
+        """The operator's Deployment."""
         self.real_node = real_node
         """The bench's :class:`~tests.bench.real_node.RealCluster`, or None on a cluster of
         your own."""
@@ -121,7 +127,7 @@ class ClusterEnvironment(Environment):
     def history(self, state_id: str) -> list[JSON] | None:
         result = self.kubectl(
             "exec",
-            f"deployment/{OPERATOR}",
+            f"deployment/{self.operator}",
             "-c",
             "operator",
             "--",
@@ -134,7 +140,7 @@ class ClusterEnvironment(Environment):
         return entries
 
     def operator_log(self) -> str:
-        result = self.kubectl("logs", f"deployment/{OPERATOR}", "-c", "operator", check=False)
+        result = self.kubectl("logs", f"deployment/{self.operator}", "-c", "operator", check=False)
         return result.stdout + result.stderr
 
 

@@ -19,7 +19,6 @@ import yaml
 
 from tests.e2e.environment import (
     JSON,
-    OPERATOR,
     Environment,
     apply_run,
     in_phase,
@@ -204,9 +203,9 @@ def test_an_agent_pod_runs_non_root_read_only_without_capabilities_or_token(
 
 
 def test_the_operator_runs_locked_down_as_the_charts_service_account(e2e: Environment) -> None:
-    deployment = json.loads(e2e.kubectl("get", "deployment", OPERATOR, "-o", "json").stdout)
+    deployment = json.loads(e2e.kubectl("get", "deployment", e2e.operator, "-o", "json").stdout)
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-    report = self_report(e2e, f"deployment/{OPERATOR}", "operator")
+    report = self_report(e2e, f"deployment/{e2e.operator}", "operator")
     _locked_down(report)
     payload = report["token"].split(".")[1]
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))

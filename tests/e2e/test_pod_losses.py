@@ -21,7 +21,6 @@ import yaml
 from tests.bench.tool_gate import ToolGate
 from tests.e2e.environment import (
     JSON,
-    OPERATOR,
     Environment,
     apply_run,
     in_phase,
@@ -203,7 +202,7 @@ def test_the_operators_pod_deleted_mid_run_comes_back_without_a_second_pod(
     assert [p["metadata"]["name"] for p in pods(node_env, name)] == [f"{name}-1"]
     assert gate.starts(name) == 1
     node_env.kubectl(
-        "wait", "--for=condition=Available", f"deployment/{OPERATOR}", "--timeout=120s"
+        "wait", "--for=condition=Available", f"deployment/{node_env.operator}", "--timeout=120s"
     )
 
 

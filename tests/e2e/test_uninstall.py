@@ -66,7 +66,9 @@ def _volume(env: Environment, namespace: str) -> Iterator[str]:
 def keep_env(e2e: Environment) -> Iterator[ClusterEnvironment]:
     namespace = f"e2e-keep-{uuid.uuid4().hex[:6]}"
     e2e.kubectl("create", "namespace", namespace)
-    env = ClusterEnvironment(e2e.kubeconfig, e2e.kubectl_path, namespace, e2e.real_node)
+    env = ClusterEnvironment(
+        e2e.kubeconfig, e2e.kubectl_path, namespace, e2e.real_node, release=RELEASE
+    )
     try:
         yield env
     finally:
