@@ -3,7 +3,6 @@ pytest_plugins: list[str] = [
     "tests.bench.minio_server",
     "tests.bench.seaweedfs_server",
     "tests.bench.control_plane",
-    "tests.bench.pod_runner",
     "tests.bench.real_node",
     "tests.bench.tool_gate",
     "tests.bench.model",

@@ -245,6 +245,7 @@ class Docker:
             self._daemon.stop()
             self._daemon = None
             remove_cgroup(_CGROUP)
+            shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
 def _save(docker: Docker, image: Image) -> None:

@@ -68,7 +68,6 @@ class RealCluster:
     images: dict[str, Image]
     workdir: Path
     nodes: dict[str, KubeletNode] = field(default_factory=dict)
-    _network: HostNetwork | None = field(default=None, repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -111,6 +110,14 @@ class RealCluster:
         _drain(self.plane, [node])
         node.stop()
         self.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false", check=False)
+
+    def stop_nodes(self) -> None:
+        """Drain every node (its kubelet tears its pods down through CRI), then stop it."""
+        nodes = list(self.nodes.values())
+        _drain(self.plane, nodes)
+        for node in nodes:
+            node.stop()
+        self.nodes.clear()
 
     def wait_for_default_service_account(self, namespace: str) -> None:
         """Wait until the controller-manager made ``default`` in a new namespace (pods
@@ -276,6 +283,7 @@ def _check_machine() -> dict[str, Image]:
 
 def start_cluster(stack: ExitStack, workdir: Path, images: dict[str, Image]) -> RealCluster:
     """Start the whole cluster (see the module docstring); ``stack`` stops it."""
+    stack.enter_context(_machine_lock())
     network = HostNetwork()
     stack.callback(network.restore)
     network.apply()
@@ -307,11 +315,10 @@ def start_cluster(stack: ExitStack, workdir: Path, images: dict[str, Image]) -> 
     stack.callback(names.stop)
     names.start()
 
-    cluster = RealCluster(plane, images, workdir, _network=network)
+    cluster = RealCluster(plane, images, workdir)
     node = _make_node(plane, 0, workdir)
     cluster.nodes[node.name] = node
-    stack.callback(lambda: [n.stop() for n in list(cluster.nodes.values())])
-    stack.callback(lambda: _drain(plane, list(cluster.nodes.values())))
+    stack.callback(cluster.stop_nodes)
     node.start([images["pause"], images["alpineagents"], images["minio"]])
     # After the node: kube-proxy takes its address from the Node (healthy only then).
     proxy = _kube_proxy(plane, workdir)
@@ -338,7 +345,7 @@ def real_node() -> Iterator[RealCluster]:
     docstring); torn down at the end of the session."""
     images = _check_machine()
     workdir = Path(tempfile.mkdtemp(prefix="alpineagents-real-node-"))
-    with _machine_lock(), ExitStack() as stack:
+    with ExitStack() as stack:
         stack.callback(shutil.rmtree, workdir, ignore_errors=True)
         try:
             cluster = start_cluster(stack, workdir, images)
