@@ -6,6 +6,7 @@ pytest_plugins: list[str] = [
     "tests.bench.real_node",
     "tests.bench.tool_gate",
     "tests.bench.model",
+    "tests.bench.mcp_server",
     "tests.bench.runner_process",
     "tests.bench.helm",
     "tests.bench.stores",

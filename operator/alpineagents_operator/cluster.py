@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .reconcile import RunEvent
+from .decide import RunEvent
 from .views import GROUP, JSON, KIND, PLURAL, RUN_LABEL, VERSION
 
 _log = logging.getLogger(__name__)
@@ -36,6 +36,10 @@ def api_client_from_environment() -> Any:
         config.load_incluster_config(client_configuration=configuration)
         return client.ApiClient(configuration)
     return config.new_client_from_config()
+
+
+class SecretConflict(Exception):
+    """A Secret the operator wanted to write exists and belongs to something else."""
 
 
 class PodRefused(Exception):
@@ -176,6 +180,54 @@ class Cluster:
         except ApiException as error:
             if error.status != 404:
                 raise
+
+    # ------------------------------------------------------------------ Secrets
+    def apply_secret(self, manifest: Mapping[str, Any]) -> None:
+        """Create the Secret, or replace the data and annotations of the one there.
+
+        The operator may create and patch Secrets, never read them. A Secret that exists
+        is only changed if its first owner is the same object (a JSON-patch ``test``), so
+        a Secret of someone else's with that name is never overwritten: that raises
+        :class:`SecretConflict`.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        meta = manifest["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        try:
+            _finish(
+                self._core.create_namespaced_secret(
+                    namespace, dict(manifest), _preload_content=False, _request_timeout=_TIMEOUT
+                )
+            )
+            return
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        owner_uid = meta["ownerReferences"][0]["uid"]
+        patch = [
+            {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": owner_uid},
+            {"op": "replace", "path": "/data", "value": dict(manifest["data"])},
+            {"op": "replace", "path": "/metadata/annotations", "value": dict(meta["annotations"])},
+        ]
+        try:
+            _finish(
+                self._core.patch_namespaced_secret(
+                    name,
+                    namespace,
+                    patch,
+                    _content_type="application/json-patch+json",
+                    _preload_content=False,
+                    _request_timeout=_TIMEOUT,
+                )
+            )
+        except ApiException as error:
+            if error.status == 422:  # the test failed: not ours (or has no owner)
+                raise SecretConflict(
+                    f"Secret {namespace}/{name} exists and does not belong to this AgentRun; "
+                    f"rename or delete it so the run's credentials can go there"
+                ) from None
+            raise
 
     # ------------------------------------------------------------------ Events
     def post_event(self, run: Mapping[str, Any], event: RunEvent) -> None:

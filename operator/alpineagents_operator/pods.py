@@ -7,12 +7,22 @@ privilege escalation, no capabilities, the runtime's seccomp profile, and no
 service-account token. Writable space is two emptyDirs: ``/tmp`` and the working
 directory ``/work``.
 
-Environment (the runner's contract, see ``/tmp/api.md``): ``ALPINEAGENTS_SPEC`` (the
+Environment (the runner's contract, :mod:`alpineagents.pod_contract`): ``ALPINEAGENTS_SPEC`` (the
 AgentRun's spec as JSON), ``ALPINEAGENTS_STORE``, ``ALPINEAGENTS_STATE_ID``,
-``ANTHROPIC_API_KEY`` and the store credentials from Secrets (``secretKeyRef``),
-``ANTHROPIC_BASE_URL`` when the operator has one, and ``TERMINATION_MESSAGE_PATH``. The
-AgentRun's own ``spec.env`` may override the model and store variables, not the
-``ALPINEAGENTS_*`` ones nor ``TERMINATION_MESSAGE_PATH``.
+``ANTHROPIC_API_KEY`` from its Secret (``secretKeyRef``), ``ANTHROPIC_BASE_URL`` when the
+operator has one, ``TERMINATION_MESSAGE_PATH``, and one ``ALPINEAGENTS_MCP_*`` variable per
+Secret reference of ``spec.mcpServers`` (a header or a stdio server's env value,
+``secretKeyRef``: the value never passes through the AgentRun). The AgentRun's own
+``spec.env`` may override the model and store variables, not the ``ALPINEAGENTS_*`` ones nor
+``TERMINATION_MESSAGE_PATH``.
+
+Store credentials: with per-run credentials (the default, for ``s3://`` stores) the pod
+mounts its run's own Secret (``<run>-store-credentials``, see
+:mod:`alpineagents_operator.run_credentials`) read-only at :data:`CREDENTIALS_MOUNT` and
+gets ``AWS_ACCESS_KEY_ID_FILE``, ``AWS_SECRET_ACCESS_KEY_FILE`` and
+``AWS_SESSION_TOKEN_FILE`` pointing there (files, so renewals reach a running pod);
+it never gets the store Secret. With ``shared`` credentials it gets the store Secret's
+key as ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``.
 """
 
 from __future__ import annotations
@@ -20,25 +30,39 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from alpineagents.pod_contract import (
+    API_VERSION,
+    ENV_ATTEMPT,
+    ENV_PREFIX,
+    ENV_SPEC,
+    ENV_STATE_ID,
+    ENV_STORE,
+    ENV_TERMINATION_MESSAGE_PATH,
+    KIND,
+    TERMINATION_MESSAGE_PATH,
+    mcp_secret_refs,
+)
+
 from .config import OperatorConfig
 from .views import (
     ATTEMPT_LABEL,
-    GROUP,
+    CONTAINER_NAME,
     JSON,
-    KIND,
     RUN_LABEL,
     STATE_ANNOTATION,
-    VERSION,
     AgentRunView,
+    credentials_secret_name,
     pod_name_for,
 )
 
-CONTAINER_NAME = "agent"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 WORK_DIR = "/work"
 RUN_AS_USER = 65532  # the distroless "nonroot" user
 GRACE_SECONDS = 30
 """Time between SIGTERM and SIGKILL: the runner saves and exits well within it."""
+CREDENTIALS_MOUNT = "/var/run/secrets/alpineagents/store"
+CREDENTIALS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+"""The keys of a run's credentials Secret, each a file under :data:`CREDENTIALS_MOUNT`."""
+_CREDENTIALS_VOLUME = "store-credentials"
 
 
 def run_labels(run_name: str) -> dict[str, str]:
@@ -54,7 +78,7 @@ def run_labels(run_name: str) -> dict[str, str]:
 def owner_reference(run: AgentRunView) -> JSON:
     """The pod's owner: its AgentRun, as the controller (garbage-collected with it)."""
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": API_VERSION,
         "kind": KIND,
         "name": run.name,
         "uid": run.uid,
@@ -66,6 +90,38 @@ def owner_reference(run: AgentRunView) -> JSON:
 def store_url(run: AgentRunView, config: OperatorConfig) -> str:
     """Where the run's State is saved: ``spec.store``, or the operator's default."""
     return str(run.spec.get("store") or config.store)
+
+
+def uses_run_credentials(run: AgentRunView, config: OperatorConfig) -> bool:
+    """Whether the run's pods get credentials of their own (per-run mode, an S3 store)."""
+    return config.per_run_credentials and store_url(run, config).lower().startswith("s3://")
+
+
+def forbidden_secret_refs(run: AgentRunView, config: OperatorConfig) -> str | None:
+    """Why the run may not have a pod: its ``env``/``envFrom`` names the store Secret.
+
+    With per-run credentials the store Secret holds the key to every run's history; the
+    operator references it for nobody, and refuses an AgentRun that asks for it.
+    """
+    if not (config.per_run_credentials and config.store_secret):
+        return None
+    spec = run.spec
+    named = [
+        ((item.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
+        for item in spec.get("env") or []
+        if isinstance(item, dict)
+    ] + [
+        (item.get("secretRef") or {}).get("name")
+        for item in spec.get("envFrom") or []
+        if isinstance(item, dict)
+    ]
+    if config.store_secret in named:
+        return (
+            f"spec.env/envFrom refers to Secret {config.store_secret!r}, the store's "
+            f"broad key: run pods get credentials for their own run only. Remove the "
+            f"reference (the runner needs no store key of its own)"
+        )
+    return None
 
 
 def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSON:
@@ -95,6 +151,22 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
             {"name": "work", "mountPath": WORK_DIR},
         ],
     }
+    volumes: list[JSON] = [
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "work", "emptyDir": {}},
+    ]
+    if uses_run_credentials(run, config):
+        container["volumeMounts"].append(
+            {"name": _CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_MOUNT, "readOnly": True}
+        )
+        volumes.append(
+            {
+                "name": _CREDENTIALS_VOLUME,
+                # Readable by the run's group only (fsGroup); updated in place by the
+                # kubelet when the operator renews the credentials.
+                "secret": {"secretName": credentials_secret_name(run.name), "defaultMode": 0o440},
+            }
+        )
     if spec.get("envFrom"):
         container["envFrom"] = list(spec["envFrom"])
     if spec.get("resources"):
@@ -112,10 +184,7 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
-        "volumes": [
-            {"name": "tmp", "emptyDir": {}},
-            {"name": "work", "emptyDir": {}},
-        ],
+        "volumes": volumes,
     }
     service_account = spec.get("serviceAccountName") or config.service_account
     if service_account:
@@ -143,26 +212,32 @@ def _secret_env(name: str, secret: str, key: str) -> JSON:
 
 def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
     ours: list[JSON] = [
-        {"name": "ALPINEAGENTS_SPEC", "value": json.dumps(dict(run.spec), sort_keys=True)},
-        {"name": "ALPINEAGENTS_STORE", "value": store_url(run, config)},
-        {"name": "ALPINEAGENTS_STATE_ID", "value": run.state_id},
-        {"name": "ALPINEAGENTS_ATTEMPT", "value": str(attempt)},
-        {"name": "TERMINATION_MESSAGE_PATH", "value": TERMINATION_MESSAGE_PATH},
+        {"name": ENV_SPEC, "value": json.dumps(dict(run.spec), sort_keys=True)},
+        {"name": ENV_STORE, "value": store_url(run, config)},
+        {"name": ENV_STATE_ID, "value": run.state_id},
+        {"name": ENV_ATTEMPT, "value": str(attempt)},
+        {"name": ENV_TERMINATION_MESSAGE_PATH, "value": TERMINATION_MESSAGE_PATH},
     ]
+    ours.extend(_secret_env(ref.variable, ref.secret, ref.key) for ref in mcp_secret_refs(run.spec))
     if config.anthropic_secret:
         ours.append(
             _secret_env("ANTHROPIC_API_KEY", config.anthropic_secret, config.anthropic_secret_key)
         )
     if config.anthropic_base_url:
         ours.append({"name": "ANTHROPIC_BASE_URL", "value": config.anthropic_base_url})
-    if config.store_secret:
+    if uses_run_credentials(run, config):
+        ours += [
+            {"name": f"{key}_FILE", "value": f"{CREDENTIALS_MOUNT}/{key}"}
+            for key in CREDENTIALS_KEYS
+        ]
+    elif config.store_secret and not config.per_run_credentials:
         ours.append(_secret_env("AWS_ACCESS_KEY_ID", config.store_secret, config.store_access_key))
         ours.append(
             _secret_env("AWS_SECRET_ACCESS_KEY", config.store_secret, config.store_secret_key)
         )
     # The runner's contract variables are the operator's; the rest the AgentRun may override.
-    fixed = {item["name"] for item in ours if str(item["name"]).startswith("ALPINEAGENTS_")}
-    fixed.add("TERMINATION_MESSAGE_PATH")
+    fixed = {item["name"] for item in ours if str(item["name"]).startswith(ENV_PREFIX)}
+    fixed.add(ENV_TERMINATION_MESSAGE_PATH)
     theirs: list[Any] = [
         item
         for item in run.spec.get("env") or []

@@ -17,14 +17,15 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from alpineagents import Store
+from alpineagents import Store, open_store
 
-from . import store_view
+from . import saved_state
 from .cluster import Cluster, PodRefused
 from .config import OperatorConfig
+from .credential_issuer import RunCredentialIssuer
+from .decide import Decision, decide, pod_refused, start_blocked
 from .metrics import OperatorMetrics
-from .pods import pod_manifest, store_url
-from .reconcile import Decision, decide, pod_refused
+from .pods import forbidden_secret_refs, pod_manifest, store_url
 from .views import JSON, AgentRunView, PodView, SavedView
 
 _log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class Reconciler:
         metrics: OperatorMetrics | None = None,
         *,
         clock: Callable[[], datetime] = _utc_now,
-        open_store: Callable[[str], Store] = store_view.open_store,
+        open_store: Callable[[str], Store] = open_store,
     ) -> None:
         self.config = config
         self.cluster = cluster
@@ -61,6 +62,8 @@ class Reconciler:
         self._stores: dict[str, Store] = {}
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
+        self.credentials = RunCredentialIssuer(config, cluster, clock=clock)
+        """Gives each pod its own short-lived store credentials (see its module)."""
         self.last_step_at = 0.0
         """Monotonic time of the last finished step (the liveness probe reports it)."""
 
@@ -148,7 +151,7 @@ class Reconciler:
         """Delete the saved State of an AgentRun (``onDelete: Delete``)."""
         run = AgentRunView.from_body(body)
         store = self._store(store_url(run, self.config))
-        await asyncio.to_thread(store_view.delete_state, store, run.state_id)
+        await asyncio.to_thread(saved_state.delete_state, store, run.state_id)
         _log.info("%s/%s: deleted saved State %s", run.namespace, run.name, run.state_id)
 
     # ------------------------------------------------------------------ one step
@@ -168,7 +171,11 @@ class Reconciler:
         if decision.needs_saved:
             saved = await self._read_saved(run)
             decision = decide(run, pods, saved, self._clock())
-        return await self._apply(run, body, decision)
+        applied = await self._apply(run, body, decision)
+        renew_in = await self.credentials.renew_if_due(run, pods)
+        if renew_in is not None:
+            self.requeue(namespace, name, renew_in)
+        return applied
 
     async def _read_saved(self, run: AgentRunView) -> SavedView:
         url = store_url(run, self.config)
@@ -176,7 +183,7 @@ class Reconciler:
             store = self._store(url)
         except Exception as error:  # a bad URL: let the pod report it in its own words
             return SavedView(exists=False, error=f"cannot open store {url!r}: {error}")
-        return await asyncio.to_thread(store_view.read_saved, store, run.state_id)
+        return await asyncio.to_thread(saved_state.read_saved, store, run.state_id)
 
     async def _apply(self, run: AgentRunView, body: JSON, decision: Decision) -> Decision:
         """Carry out a decision; returns the one carried out (another one if the API
@@ -188,8 +195,19 @@ class Reconciler:
             await asyncio.to_thread(self.cluster.delete_pod, run.namespace, pod_name)
         if decision.claim_state:
             store = self._store(store_url(run, self.config))
-            await asyncio.to_thread(store_view.claim, store, run.state_id)
+            await asyncio.to_thread(saved_state.claim, store, run.state_id)
         if decision.create_pod is not None:
+            forbidden = forbidden_secret_refs(run, self.config)
+            if forbidden is not None:
+                invalid = pod_refused(run, decision.create_pod, 422, forbidden, self._clock())
+                return await self._apply(run, body, invalid)
+            blocked = await self.credentials.before_pod(run, body)
+            if blocked is not None:
+                _log.warning("%s/%s: %s", *key, blocked)
+                waiting = start_blocked(
+                    run, decision.create_pod, "CredentialsUnavailable", blocked, self._clock()
+                )
+                return await self._apply(run, body, waiting)
             manifest = pod_manifest(run, decision.create_pod, self.config)
             try:
                 created = await asyncio.to_thread(self.cluster.create_pod, manifest)

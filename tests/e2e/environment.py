@@ -111,7 +111,7 @@ class Environment:
 
 _READ_HISTORY = """
 import json, os, sys
-from alpineagents.store_url import open_store
+from alpineagents import open_store
 record = open_store(os.environ["ALPINEAGENTS_STORE"]).read(sys.argv[1])
 print(json.dumps(None if record is None else record.entries))
 """

@@ -78,6 +78,18 @@ app.kubernetes.io/component: {{ .component }}
 Where the chart puts the Secrets it creates: the release namespace (the operator reads the
 store with them) plus every namespace where AgentRuns run.
 */}}
+{{/*
+Where the store Secret goes: only the release namespace (the operator's) when run pods get
+credentials of their own, so no run namespace holds the broad key; else with the others.
+*/}}
+{{- define "alpineagents.storeSecretNamespaces" -}}
+{{- if eq .Values.store.runCredentials "sts" -}}
+{{- list .Release.Namespace | toJson -}}
+{{- else -}}
+{{- include "alpineagents.secretNamespaces" . -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "alpineagents.secretNamespaces" -}}
 {{- $all := list .Release.Namespace -}}
 {{- range (include "alpineagents.watchedNamespaces" . | fromJsonArray) }}{{ $all = append $all . }}{{ end -}}
@@ -239,6 +251,13 @@ seccompProfile:
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if eq .Values.store.runCredentials "sts" }}
+# Each run's own short-lived store credentials, in a Secret the run owns: written, never
+# read (no get/list/watch: the operator cannot read any Secret).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create", "patch"]
+{{- end }}
 {{- end -}}
 
 {{/*
