@@ -249,12 +249,25 @@ class Docker:
 
 
 def _save(docker: Docker, image: Image) -> None:
+    """Save ``image`` as its archive; earlier builds of it go, from the cache and docker."""
     partial = image.archive.with_name(f".{image.archive.name}.partial-{os.getpid()}")
     try:
         docker.run("save", "--output", str(partial), image.ref)
         partial.replace(image.archive)
     finally:
         partial.unlink(missing_ok=True)
+    _forget_earlier(image)
+    tags = docker.run("image", "ls", "--format={{.Repository}}:{{.Tag}}", image.repository)
+    earlier = [tag for tag in tags.split() if tag != image.ref]
+    if earlier:
+        docker.run("image", "rm", *earlier)
+    docker.run("image", "prune", "--force")
+
+
+def _forget_earlier(image: Image) -> None:
+    for archive in image.archive.parent.glob(f"{image.name}-*.tar"):
+        if archive != image.archive:
+            archive.unlink(missing_ok=True)
 
 
 def _build_base(image: Image) -> None:
@@ -290,6 +303,7 @@ def _build_base(image: Image) -> None:
         partial.replace(image.archive)
     finally:
         partial.unlink(missing_ok=True)
+    _forget_earlier(image)
 
 
 def _apt_source_files() -> list[Path]:

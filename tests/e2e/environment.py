@@ -232,6 +232,9 @@ def _delete_runs(env: Environment) -> None:
 
 # --------------------------------------------------------------------------- runs
 
+# Long enough to be interrupted on purpose; never waited out by a passing test.
+SLOW_STEP = 'use shell {"command": "sleep 60; echo finished"}'
+
 
 def apply_run(env: Environment, name: str, prompt: str, **spec: Any) -> None:
     """``kubectl apply`` an AgentRun with the shell tool and JSON progress logs."""
@@ -327,6 +330,20 @@ def wait_for_log(
         if time.monotonic() > deadline:
             raise AssertionError(f"pod {pod} never logged {what}; log:\n{env.logs(pod)}")
         time.sleep(0.1)  # polling: a log has no change event to await
+
+
+def wait_until_tool_runs(env: Environment, name: str) -> JSON:
+    """Wait for the run's pod to have saved the model's tool call (the shell now runs)."""
+    run = wait_for_run(env, name, lambda r: bool(status(r).get("pod")), "given a pod")
+    pod = status(run)["pod"]
+    wait_for_log(
+        env,
+        pod,
+        lambda lines: any(line.get("kind") == "model_reply" for line in lines),
+        "a saved model reply",
+    )
+    assert run is not None
+    return run
 
 
 def e2e_kubeconfig() -> Path | None:

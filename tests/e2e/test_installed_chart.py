@@ -19,37 +19,21 @@ import yaml
 
 from tests.e2e.environment import (
     JSON,
+    SLOW_STEP,
     Environment,
     apply_run,
     in_phase,
     status,
-    wait_for_log,
     wait_for_run,
+    wait_until_tool_runs,
 )
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
-# Long enough to be interrupted on purpose; never waited out by a passing test.
-SLOW_STEP = 'use shell {"command": "sleep 60; echo finished"}'
-
 
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def wait_until_tool_runs(env: Environment, name: str) -> JSON:
-    """Wait for the run's pod to have saved the model's tool call (the shell now runs)."""
-    run = wait_for_run(env, name, lambda r: bool(status(r).get("pod")), "given a pod")
-    pod = status(run)["pod"]
-    wait_for_log(
-        env,
-        pod,
-        lambda lines: any(line.get("kind") == "model_reply" for line in lines),
-        "a saved model reply",
-    )
-    assert run is not None
-    return run
 
 
 def pod_gone(env: Environment, pod: str) -> bool:
