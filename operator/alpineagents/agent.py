@@ -17,6 +17,7 @@ from .permissions import AskPerson, Policy, allow_all
 from .state import State, StopReason, ToolCall, error_text
 from .store.base import Store, check_owner
 from .tools import Tool, ToolOutput, as_tool, call, output
+from .toolsets import RunToolsets, Toolset
 
 # The State and call id of the tool call running in this context (for subagents).
 _current_call: contextvars.ContextVar[tuple[State, str]] = contextvars.ContextVar("current_call")
@@ -30,6 +31,8 @@ class Agent:
 
     ``run(state)`` (or ``await arun(state)``) loops over the steps ``think``,
     ``use_tools`` and ``compact`` until the model answers, and returns the answer.
+    ``tools`` takes tools and toolsets (``alpineagents.mcp.MCPServer``); a toolset's
+    tools are listed when a run first needs them and kept for the whole run.
     """
 
     def __init__(
@@ -37,7 +40,7 @@ class Agent:
         model: str,
         store: Store | None = None,
         *,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] = (),
         system: str | None = None,
         max_tokens: int = 8192,
         max_turns: int | None = None,
@@ -49,7 +52,11 @@ class Agent:
     ) -> None:
         self.model = model
         self.store = store
-        self.tools = {t.name: t for t in map(as_tool, tools)}
+        given = list(tools)
+        self.toolsets = [t for t in given if isinstance(t, Toolset)]
+        self.tools = {
+            t.name: t for t in map(as_tool, (t for t in given if not isinstance(t, Toolset)))
+        }
         self.system = system
         self.max_tokens = max_tokens
         self.max_turns = max_turns
@@ -138,6 +145,7 @@ class Agent:
             return state.answer
         finally:
             state.active_run = None
+            await hold.toolsets.aclose()
             await client.close()
             _run_client.reset(client_token)
 
@@ -164,7 +172,7 @@ class Agent:
         """Ask the model for its next message, saving before and after."""
         hold = state.active_run
         messages = hold.api_messages(state.messages) if isinstance(hold, _Run) else None
-        request = self._request(state.messages, merged=messages)
+        request = self._request(state.messages, await self._tools(state), merged=messages)
         state.add("model_request", f"asking {self.model}", {"model": self.model})
         await self._save(state)
         try:
@@ -194,10 +202,11 @@ class Agent:
     async def use_tools(self, state: State) -> None:
         """Run the pending tool calls concurrently, saving each result the moment it arrives."""
         runnable: list[tuple[ToolCall, Tool]] = []
+        tools = await self._tools(state)
         for pending in state.pending_calls:
-            tool = self.tools.get(pending.name)
+            tool = tools.get(pending.name)
             if tool is None:
-                known = ", ".join(sorted(self.tools)) or "none"
+                known = ", ".join(sorted(tools)) or "none"
                 state.add_result(
                     pending, "error", f"(unknown tool {pending.name!r}; tools: {known})"
                 )
@@ -228,7 +237,7 @@ class Agent:
             "Summarize the conversation so far in a few paragraphs, keeping every fact, "
             "decision and open question needed to continue the work."
         )
-        request = self._request([*state.messages[:cut], ask_summary], with_tools=False)
+        request = self._request([*state.messages[:cut], ask_summary], {})
         reply = await _model.ask(self._model_client(), request, self.retry)
         summary = Message.assistant(reply.get("content", [])).text
         state.add("compaction", f"compacted {cut} messages", {"summary": summary, "replaced": cut})
@@ -341,6 +350,18 @@ class Agent:
         finally:
             _current_call.reset(token)
 
+    async def _tools(self, state: State) -> dict[str, Tool]:
+        """The run's tools: this agent's own, plus its toolsets' (opened on first use in a run)."""
+        if not self.toolsets:
+            return self.tools
+        hold = state.active_run
+        if not isinstance(hold, _Run) or hold.agent is not self:
+            raise RuntimeError(
+                "this Agent's toolsets (MCP servers) are open only while it runs: call "
+                "run(state) or arun(state) rather than think or use_tools on their own"
+            )
+        return await hold.toolsets.tools(state, self.tools)
+
     def _model_client(self) -> Any:
         run = _run_client.get(None)
         return run.get() if run is not None else self._client or _model.default_client()
@@ -348,8 +369,8 @@ class Agent:
     def _request(
         self,
         messages: list[Message],
+        tools: dict[str, Tool],
         *,
-        with_tools: bool = True,
         merged: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         request: dict[str, Any] = {
@@ -359,8 +380,8 @@ class Agent:
         }
         if self.system:
             request["system"] = self.system
-        if with_tools and self.tools:
-            request["tools"] = [t.to_api() for t in self.tools.values()]
+        if tools:
+            request["tools"] = [t.to_api() for t in tools.values()]
         return request
 
 
@@ -379,6 +400,8 @@ class _Run:
         self.interrupt: BaseException | None = None
         """The signal (Ctrl+C, SIGTERM) that stopped ``run``: the reason calls close with."""
         self.background: set[asyncio.Future[None]] = set()
+        self.toolsets = RunToolsets(agent.toolsets)
+        """The agent's toolsets (MCP servers): opened on the run's first step, closed at its end."""
         self.api_messages = _ApiMessages()
         """The conversation as the run's requests send it, kept from step to step."""
 

@@ -133,6 +133,7 @@ from urllib.parse import unquote
 
 import urllib3
 from minio import Minio
+from minio.credentials.providers import Provider
 from minio.deleteobjects import DeleteObject
 from minio.error import InvalidResponseError, S3Error, ServerError
 
@@ -283,6 +284,7 @@ class MinioStore(Store):
         access_key: str | None = None,
         secret_key: str | None = None,
         session_token: str | None = None,
+        credentials: Provider | None = None,
         secure: bool = True,
         region: str | None = "us-east-1",
         timeout: float = 5.0,
@@ -293,7 +295,8 @@ class MinioStore(Store):
         """A MinioStore with its own client: ``endpoint`` is ``host:port``.
 
         ``timeout`` bounds each socket wait (connect, or waiting for an answer), and
-        ``retry_budget`` each whole operation. ``region`` set saves the bucket-location
+        ``retry_budget`` each whole operation. ``credentials`` (a ``minio`` credentials
+        provider) replaces the three keys, e.g. to follow files that get renewed. ``region`` set saves the bucket-location
         request a client makes otherwise.
         """
         client = Minio(
@@ -301,6 +304,7 @@ class MinioStore(Store):
             access_key=access_key,
             secret_key=secret_key,
             session_token=session_token,
+            credentials=credentials,
             secure=secure,
             region=region,
             http_client=cls.http_client(timeout),
