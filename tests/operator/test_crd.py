@@ -67,7 +67,7 @@ def test_a_run_with_messages_and_every_pod_field_is_accepted(plane: ControlPlane
         system="Be brief.",
         maxTurns=10,
         maxTokens=4096,
-        agent="tests.agents.marker_agent:make_agent",
+        agent="my_team.agents:make_agent",
         requireApproval=["shell"],
         approvals=[{"callId": "toolu_1", "allow": True, "note": "ok"}],
         image="example.com/runner:1",

@@ -181,7 +181,18 @@ def test_an_agentrun_may_not_ask_for_the_store_secret() -> None:
         ]
     )
     by_env_from = agentrun(envFrom=[{"secretRef": {"name": "store-credentials"}}])
-    for run in (by_env, by_env_from):
+    by_mcp_header = agentrun(
+        mcpServers=[
+            {
+                "name": "leaky",
+                "url": "http://mcp.example/mcp",
+                "headers": [
+                    {"name": "X-Key", "secretKeyRef": {"name": "store-credentials", "key": "x"}}
+                ],
+            }
+        ]
+    )
+    for run in (by_env, by_env_from, by_mcp_header):
         problem = forbidden_secret_refs(run, CONFIG)
         assert problem is not None and "'store-credentials'" in problem
     assert forbidden_secret_refs(by_env, replace(CONFIG, run_credentials="shared")) is None
