@@ -286,9 +286,7 @@ def test_quick_start_secrets_go_to_every_namespace_where_runs_run(helm: Helm) ->
         {**CASES["several-namespaces"](namespaces), "store": {"runCredentials": "shared"}},
         namespace=namespaces[0],
     )
-    placed = {
-        (s["metadata"]["name"], s["metadata"]["namespace"]) for s in _kinds(shared)["Secret"]
-    }
+    placed = {(s["metadata"]["name"], s["metadata"]["namespace"]) for s in _kinds(shared)["Secret"]}
     for namespace in namespaces:
         assert ("test-alpineagents-store", namespace) in placed
     assert _operator_settings(shared)["ALPINEAGENTS_RUN_CREDENTIALS"] == "shared"
