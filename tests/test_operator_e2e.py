@@ -214,8 +214,10 @@ def make_namespace(plane: ControlPlane, namespace: str, minio: S3Server) -> None
 def pod_env() -> dict[str, str]:
     import os
 
-    # The pods import the test agent from this checkout.
-    return {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": str(REPO)}
+    # The pods import the runtime and the test agent from this checkout (not from wherever
+    # the package happens to be installed).
+    path = os.pathsep.join([str(REPO / "operator"), str(REPO)])
+    return {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": path}
 
 
 # ------------------------------------------------------------------------------ fixtures

@@ -10,6 +10,8 @@ from typing import Any
 
 import anthropic
 
+from .redaction import Redactor
+
 try:  # the HTTP library the SDK is built on: its name changed with anthropic 2.x
     import httpx2 as _http
 except ImportError:  # pragma: no cover - older SDKs
@@ -62,13 +64,21 @@ async def ask(client: Any, request: dict[str, Any], retry: Retry) -> dict[str, A
     ``client`` is an ``anthropic.AsyncAnthropic`` or ``anthropic.Anthropic`` (run on a
     worker thread).
     """
-    for attempt in range(retry.attempts):
-        try:
-            return await _send(client, request)
-        except _TRANSIENT as error:
-            if attempt + 1 >= retry.attempts:
-                raise
-            await asyncio.sleep(retry.delay(attempt, error))
+    try:
+        for attempt in range(retry.attempts):
+            try:
+                return await _send(client, request)
+            except _TRANSIENT as error:
+                if attempt + 1 >= retry.attempts:
+                    raise
+                await asyncio.sleep(retry.delay(attempt, error))
+    except anthropic.APIError as error:
+        # Some gateways echo the request's headers in their error bodies: the error is
+        # saved in the history and reported, so the client's own key must not be in it.
+        Redactor(
+            [getattr(client, "api_key", None) or "", getattr(client, "auth_token", None) or ""]
+        ).exception(error)
+        raise
     raise AssertionError("unreachable")
 
 

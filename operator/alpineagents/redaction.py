@@ -24,12 +24,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-__all__ = ["MASK", "SECRET_ENV", "Redactor"]
+from .pod_contract import ENV_SECRET_NAMES
+
+__all__ = ["MASK", "Redactor"]
 
 MASK = "***"
-SECRET_ENV = "ALPINEAGENTS_SECRET_ENV"
-"""Comma-separated names of variables whose values are secret (the operator lists the
-ones it fills from Secrets)."""
 
 _MIN_LENGTH = 8  # shorter values ("true", "1", "us-east-1") would mask ordinary words
 _KNOWN = (
@@ -57,14 +56,14 @@ class Redactor:
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> Redactor:
         """The secrets of a run's environment: the variables named in
-        ``ALPINEAGENTS_SECRET_ENV``, the model and store credentials (also from their
+        ``ALPINEAGENTS_ENV_SECRET_NAMES``, the model and store credentials (also from their
         ``*_FILE``), the encryption keys, and any variable whose name says it is a
         secret (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*API_KEY*``, ...)."""
         env = os.environ if env is None else env
-        named = {n.strip() for n in env.get(SECRET_ENV, "").split(",") if n.strip()}
+        named = {n.strip() for n in env.get(ENV_SECRET_NAMES, "").split(",") if n.strip()}
         values: list[str] = []
         for name, value in env.items():
-            if name == SECRET_ENV:
+            if name == ENV_SECRET_NAMES:
                 continue
             if name in named or name in _KNOWN or _SECRET_NAME.search(name):
                 if name.endswith("_FILE"):

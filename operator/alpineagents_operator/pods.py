@@ -32,6 +32,7 @@ from alpineagents.pod_contract import (
     API_VERSION,
     ENV_ATTEMPT,
     ENV_PREFIX,
+    ENV_SECRET_NAMES,
     ENV_SPEC,
     ENV_STATE_ID,
     ENV_STORE,
@@ -233,11 +234,20 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         )
     # The runner's contract variables are the operator's; the rest the AgentRun may override.
     fixed = {item["name"] for item in ours if str(item["name"]).startswith(ENV_PREFIX)}
-    fixed.add(ENV_TERMINATION_MESSAGE_PATH)
+    fixed |= {ENV_TERMINATION_MESSAGE_PATH, ENV_SECRET_NAMES}
     theirs: list[Any] = [
         item
         for item in run.spec.get("env") or []
         if not (isinstance(item, dict) and item.get("name") in fixed)
     ]
     taken = {item.get("name") for item in theirs if isinstance(item, dict)}
-    return [item for item in ours if item["name"] not in taken] + theirs
+    env = [item for item in ours if item["name"] not in taken] + theirs
+    # Tell the runner which values come from Secrets, so it masks them wherever it writes.
+    from_secrets = [
+        str(item["name"])
+        for item in env
+        if isinstance(item, dict) and "secretKeyRef" in (item.get("valueFrom") or {})
+    ]
+    if from_secrets:
+        env.append({"name": ENV_SECRET_NAMES, "value": ",".join(from_secrets)})
+    return env
