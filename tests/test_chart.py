@@ -326,11 +326,10 @@ def _rules(objects: list[dict[str, Any]], kind: str) -> set[tuple[str, str, str]
 
 
 _OPERATOR_NEEDS = {
-    *(("alpineagents.dev", "agentruns", v) for v in ("get", "list", "watch", "patch", "update")),
-    *(("alpineagents.dev", "agentruns/status", v) for v in ("get", "patch", "update")),
-    *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
+    *(("alpineagents.dev", "agentruns", v) for v in ("get", "list", "watch", "patch")),
+    ("alpineagents.dev", "agentruns/status", "patch"),
+    *(("", "pods", v) for v in ("list", "watch", "create", "delete")),
     ("", "events", "create"),
-    ("", "events", "patch"),
     ("", "secrets", "create"),
     ("", "secrets", "patch"),
 }

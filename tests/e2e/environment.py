@@ -95,6 +95,11 @@ class Environment:
         """The operator's log so far."""
         raise NotImplementedError
 
+    def operator_calls(self) -> list[JSON] | None:
+        """The API requests the operator's ServiceAccount made so far, as audit events
+        (metadata only), or None where the cluster's audit log cannot be read."""
+        return None
+
     def diagnostics(self) -> str:
         """What to show when a test fails: the end of the operator's log."""
         tail = "\n".join(self.operator_log().splitlines()[-80:])
@@ -181,12 +186,17 @@ class BenchEnvironment(Environment):
         operator: Any,
         store_url: str,
         store_env: Mapping[str, str],
+        audit: Callable[[], list[JSON]] | None = None,
     ) -> None:
         super().__init__(kubeconfig, kubectl_path, namespace)
         self.runner = runner
         self.operator = operator
         self.store_url = store_url
         self.store_env = dict(store_env)
+        self._audit = audit
+
+    def operator_calls(self) -> list[JSON] | None:
+        return None if self._audit is None else self._audit()
 
     def logs(self, pod: str) -> str:
         return str(self.runner.logs(self.namespace, pod))
@@ -278,6 +288,7 @@ def bench_environment(
             operator,
             store_url,
             {k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
+            audit=lambda: plane.audit_events(f"system:serviceaccount:{namespace}:{account}"),
         )
         stack.callback(bench.close)
         # Runs first, while the operator still runs: their pods stop and finalizers clear.

@@ -151,3 +151,37 @@ def test_deleting_a_run_stops_its_pod_and_deletes_its_saved_state(e2e: Environme
 def test_the_operator_needs_no_more_than_the_charts_rbac(e2e: Environment) -> None:
     refused = [line for line in e2e.operator_log().splitlines() if "forbidden" in line.lower()]
     assert not refused, "\n".join(refused[:5])
+
+
+def test_the_charts_role_grants_exactly_what_the_operator_calls(e2e: Environment) -> None:
+    """After the runs above (created, resumed, suspended, deleted with their State), the
+    operator's real requests, read from the API server's audit log, use every permission
+    its Role grants and no other."""
+    calls = e2e.operator_calls()
+    if calls is None:
+        pytest.skip("this cluster's audit log cannot be read (the test bench's can)")
+    used = {
+        (
+            event["objectRef"].get("apiGroup", ""),
+            "/".join(
+                filter(
+                    None, [event["objectRef"]["resource"], event["objectRef"].get("subresource")]
+                )
+            ),
+            event["verb"],
+        )
+        for event in calls
+        if event.get("objectRef") and event["objectRef"].get("namespace") == e2e.namespace
+    }
+    refused = [e for e in calls if e.get("responseStatus", {}).get("code") == 403]
+    assert not refused, [(e["verb"], e["objectRef"]) for e in refused[:5]]
+    role = json.loads(e2e.kubectl("get", "role", "e2e-alpineagents-operator", "-o", "json").stdout)
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert used <= granted, f"called without a grant: {sorted(used - granted)}"
+    assert granted <= used, f"granted but never called: {sorted(granted - used)}"

@@ -241,16 +241,16 @@ seccompProfile:
 {{- define "alpineagents.rbac.rules" -}}
 - apiGroups: ["alpineagents.dev"]
   resources: ["agentruns"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["alpineagents.dev"]
   resources: ["agentruns/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["patch"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["list", "watch", "create", "delete"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- if eq .Values.store.runCredentials "sts" }}
 # Each run's own short-lived store credentials, in a Secret the run owns: written, never
 # read (no get/list/watch: the operator cannot read any Secret).
