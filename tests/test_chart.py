@@ -286,9 +286,7 @@ def test_quick_start_secrets_go_to_every_namespace_where_runs_run(helm: Helm) ->
         {**CASES["several-namespaces"](namespaces), "store": {"runCredentials": "shared"}},
         namespace=namespaces[0],
     )
-    placed = {
-        (s["metadata"]["name"], s["metadata"]["namespace"]) for s in _kinds(shared)["Secret"]
-    }
+    placed = {(s["metadata"]["name"], s["metadata"]["namespace"]) for s in _kinds(shared)["Secret"]}
     for namespace in namespaces:
         assert ("test-alpineagents-store", namespace) in placed
     assert _operator_settings(shared)["ALPINEAGENTS_RUN_CREDENTIALS"] == "shared"
@@ -576,3 +574,94 @@ def test_the_walkthrough_example_is_a_valid_agentrun(
     spec, name = read_manifest(example)
     plan = parse_spec(spec)
     assert name == "disk-report" and plan is not None
+
+
+# ------------------------------------------------------------------------- network
+
+
+def _run_pod_policies(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        p["metadata"]["namespace"]: p["spec"]
+        for p in _kinds(objects).get("NetworkPolicy", [])
+        if p["metadata"]["name"].endswith("-agent-runs")
+    }
+
+
+def _egress_ports(rule: dict[str, Any]) -> list[tuple[int, str]]:
+    return [(p["port"], p["protocol"]) for p in rule["ports"]]
+
+
+def test_agent_pods_may_reach_only_dns_the_model_and_the_store(helm: Helm) -> None:
+    from alpineagents_operator.pods import run_labels
+
+    namespaces = _namespaces()
+    objects = helm.template(CASES["several-namespaces"](namespaces), namespace=namespaces[0])
+    policies = _run_pod_policies(objects)
+    assert set(policies) == set(namespaces[1:])  # where runs run
+    for spec in policies.values():
+        # The policy selects the pods the operator makes, by the labels it gives them.
+        assert spec["podSelector"]["matchLabels"].items() <= run_labels("any").items()
+        assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+        dns, model, store = spec["egress"]
+        assert _egress_ports(dns) == [(53, "UDP"), (53, "TCP")]
+        # The model API: public addresses only; never the cluster, the node or cloud metadata.
+        [public] = model["to"]
+        assert public["ipBlock"]["cidr"] == "0.0.0.0/0"
+        assert {"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"} <= set(
+            public["ipBlock"]["except"]
+        )
+        assert _egress_ports(model) == [(443, "TCP")]
+        # The store: the bundled MinIO's pods, on its S3 port, and nothing else.
+        [minio] = store["to"]
+        assert minio["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "minio"
+        assert minio["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": namespaces[0]
+        }
+        assert _egress_ports(store) == [(9000, "TCP")]
+    (minio_policy,) = [
+        p for p in _kinds(objects)["NetworkPolicy"] if p["metadata"]["name"].endswith("-minio")
+    ]
+    sources = minio_policy["spec"]["ingress"][0]["from"]
+    assert [s["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for s in sources] == [
+        "operator",
+        "agent-run",
+    ]
+
+
+def test_network_policy_follows_your_store_and_model(helm: Helm) -> None:
+    namespaces = _namespaces()
+    values = CASES["own-store-secrets-from-values"](namespaces)
+    spec = _run_pod_policies(helm.template(values, namespace=namespaces[0]))[namespaces[0]]
+    _, _, store = spec["egress"]
+    assert _egress_ports(store) == [(443, "TCP")]  # the port in store.url
+    assert store["to"] == [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}]
+    plain = {
+        **values,
+        "store": {
+            **values["store"],
+            "url": "s3://runs-bucket/p?endpoint=minio.storage:9000&secure=false",
+        },
+        "networkPolicy": {
+            "modelTo": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+            "extraEgress": [{"ports": [{"port": 8443, "protocol": "TCP"}]}],
+        },
+    }
+    spec = _run_pod_policies(helm.template(plain, namespace=namespaces[0]))[namespaces[0]]
+    _, model, store, extra = spec["egress"]
+    assert model["to"] == [{"ipBlock": {"cidr": "203.0.113.0/24"}}]
+    assert _egress_ports(store) == [(9000, "TCP")]
+    assert _egress_ports(extra) == [(8443, "TCP")]
+
+    demo = helm.template(CASES["kind-demo"](namespaces), namespace="agents")
+    _, model, _ = _run_pod_policies(demo)["agents"]["egress"]
+    assert model["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+        "echo-model"
+    )
+    assert _egress_ports(model) == [(8000, "TCP")]
+    # MinIO on a NodePort is meant to be reached from outside: no ingress policy for it.
+    assert not [
+        p for p in _kinds(demo)["NetworkPolicy"] if p["metadata"]["name"].endswith("-minio")
+    ]
+
+    off = helm.template({"networkPolicy": {"enabled": False}})
+    assert "NetworkPolicy" not in _kinds(off)

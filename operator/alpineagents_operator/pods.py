@@ -167,8 +167,8 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
         )
     if spec.get("envFrom"):
         container["envFrom"] = list(spec["envFrom"])
-    if spec.get("resources"):
-        container["resources"] = dict(spec["resources"])
+    # Always limited: the AgentRun's own resources, else the operator's defaults.
+    container["resources"] = dict(spec.get("resources") or config.run_resources)
     pod_spec: JSON = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,

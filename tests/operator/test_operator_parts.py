@@ -110,6 +110,11 @@ def test_the_pod_is_locked_down() -> None:
         "secretName": "triage-store-credentials",
         "defaultMode": 0o440,
     }
+    # Limited even when the AgentRun says nothing: a runaway tool cannot take the node.
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi", "ephemeral-storage": "2Gi"},
+    }
     assert container["terminationMessagePath"] == "/dev/termination-log"
     assert container["command"] == ["python", "-m", "alpineagents", "run"]
     assert container["image"] == "runner:1"
@@ -274,6 +279,12 @@ def test_config_from_the_environment() -> None:
     assert not shared.per_run_credentials and shared.run_credentials_seconds == 900
     with pytest.raises(ValueError, match="sts or shared"):
         OperatorConfig.from_env({"ALPINEAGENTS_RUN_CREDENTIALS": "maybe"})
+    limits = OperatorConfig.from_env(
+        {"ALPINEAGENTS_RUN_RESOURCES": '{"limits": {"memory": "2Gi", "cpu": "1"}}'}
+    )
+    assert limits.run_resources == {"limits": {"memory": "2Gi", "cpu": "1"}}
+    with pytest.raises(ValueError, match="ALPINEAGENTS_RUN_RESOURCES must be a JSON object"):
+        OperatorConfig.from_env({"ALPINEAGENTS_RUN_RESOURCES": '{"memory": "2Gi"}'})
     with pytest.raises(ValueError, match="900 to 43200"):
         OperatorConfig.from_env({"ALPINEAGENTS_RUN_CREDENTIALS_SECONDS": "60"})
 

@@ -200,6 +200,20 @@ true
 
 {{/* ------------------------------------------------------------------ security */}}
 
+{{/* The labels the operator puts on every agent pod (alpineagents_operator.pods.run_labels). */}}
+{{- define "alpineagents.runPodLabels" -}}
+app.kubernetes.io/name: alpineagents
+app.kubernetes.io/component: agent-run
+app.kubernetes.io/managed-by: alpineagents-operator
+{{- end -}}
+
+{{/* NetworkPolicy peers: public addresses only (no private, shared, link-local or metadata ranges). */}}
+{{- define "alpineagents.publicAddresses" -}}
+- ipBlock:
+    cidr: 0.0.0.0/0
+    except: [10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16]
+{{- end -}}
+
 {{- define "alpineagents.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 65532
