@@ -72,6 +72,11 @@ CASES: dict[str, Callable[[list[str]], Values]] = {
             "service": {"type": "NodePort", "nodePort": 30900, "consoleNodePort": 30901},
         },
     },
+    "encrypted-shared-credentials": lambda ns: {
+        "encryption": {"enabled": True, "existingSecret": "keyring"},
+        "store": {"runCredentials": "shared"},
+        "networkPolicy": {"enabled": False},
+    },
     "own-service-account-no-rbac": lambda ns: {
         "serviceAccount": {"create": False, "name": "alpineagents"},
         "rbac": {"create": False},
@@ -445,6 +450,9 @@ def test_cluster_wide_service_account_reaches_every_namespace(
         ({"watchNamespaces": ["Not_A_Namespace"]}, "at '/watchNamespaces/0'"),
         ({"minio": {"service": {"nodePort": 80}}}, "at '/minio/service/nodePort': minimum"),
         ({"operator": {"logLevel": "LOUD"}}, "at '/operator/logLevel'"),
+        ({"encryption": {"enabled": True}}, "encryption.enabled needs encryption.existingSecret"),
+        ({"store": {"runCredentials": "maybe"}}, "at '/store/runCredentials'"),
+        ({"networkPolicy": {"modelPorts": [0]}}, "at '/networkPolicy/modelPorts/0'"),
         ({"minio": {"rootPassword": "short"}}, "at '/minio/rootPassword'"),
         ({"image": {"tag": 1.5}}, "at '/image/tag': got number, want string"),
         (
@@ -665,3 +673,19 @@ def test_network_policy_follows_your_store_and_model(helm: Helm) -> None:
 
     off = helm.template({"networkPolicy": {"enabled": False}})
     assert "NetworkPolicy" not in _kinds(off)
+
+
+def test_encryption_reaches_the_operator_and_the_pods(helm: Helm) -> None:
+    objects = helm.template(CASES["encrypted-shared-credentials"](_namespaces()))
+    settings = _operator_settings(objects)
+    assert settings["ALPINEAGENTS_STORE"].endswith("&secure=false&encrypted=true")
+    assert settings["ALPINEAGENTS_ENCRYPTION_SECRET"] == "keyring"
+    assert settings["ALPINEAGENTS_ENCRYPTION_SECRET_KEY"] == "keys"
+    (container,) = _operator_deployment(objects)["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env["ALPINEAGENTS_ENCRYPTION_KEYS"] == {
+        "secretKeyRef": {"name": "keyring", "key": "keys"}
+    }
+    plain = _operator_settings(helm.template({}))
+    assert "encrypted" not in plain["ALPINEAGENTS_STORE"]
+    assert plain["ALPINEAGENTS_ENCRYPTION_SECRET"] == ""

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .pod_contract import ENV_ENCRYPTION_KEYS
 from .tools import Tool
 
 NAMES = ("fetch_url", "read_file", "shell", "write_file")
@@ -47,7 +48,7 @@ _SECRET_ENV = (
     "AWS_SESSION_TOKEN",
     "MINIO_ACCESS_KEY",
     "MINIO_SECRET_KEY",
-    "ALPINEAGENTS_ENCRYPTION_KEYS",
+    ENV_ENCRYPTION_KEYS,
 )
 
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from .pod_contract import ENV_SECRET_NAMES
+from .pod_contract import ENV_ENCRYPTION_KEYS, ENV_SECRET_NAMES
 
 __all__ = ["MASK", "Redactor"]
 
@@ -39,7 +39,7 @@ _KNOWN = (
     "AWS_SESSION_TOKEN",
     "MINIO_ACCESS_KEY",
     "MINIO_SECRET_KEY",
-    "ALPINEAGENTS_ENCRYPTION_KEYS",
+    ENV_ENCRYPTION_KEYS,
 )
 _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_KEY|CREDENTIAL", re.I)
 
@@ -73,7 +73,7 @@ class Redactor:
         for name in _KNOWN:
             values += _file_secrets(env.get(name + "_FILE"))
         # A keyring is "id:key,id:key": each key is a secret of its own too.
-        for item in re.split(r"[\s,]+", env.get("ALPINEAGENTS_ENCRYPTION_KEYS", "")):
+        for item in re.split(r"[\s,]+", env.get(ENV_ENCRYPTION_KEYS, "")):
             values.append(item.partition(":")[2])
         return cls(values)
 

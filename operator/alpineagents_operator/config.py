@@ -33,6 +33,10 @@ in each namespace where AgentRuns run.
 ``ALPINEAGENTS_STS_ROLE_ARN``          role to assume (AWS needs one; MinIO ignores it)
 ``ALPINEAGENTS_RUN_RESOURCES``         JSON resources (requests/limits) for pods whose
                                        AgentRun has no ``spec.resources``
+``ALPINEAGENTS_ENCRYPTION_SECRET``     Secret with the encryption keyring for pods ("" =
+                                       none); the store URL then carries
+                                       ``encrypted=true`` (see alpineagents.store.encrypted)
+``ALPINEAGENTS_ENCRYPTION_SECRET_KEY`` its key (default ``keys``)
 =====================================  ==============================================
 """
 
@@ -86,6 +90,8 @@ class OperatorConfig:
     sts_role_arn: str = ""
     run_resources: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_RUN_RESOURCES))
     """Resources of run pods whose AgentRun has no ``spec.resources``."""
+    encryption_secret: str = ""
+    encryption_secret_key: str = "keys"
 
     @property
     def per_run_credentials(self) -> bool:
@@ -172,4 +178,8 @@ class OperatorConfig:
             run_credentials_seconds=int(lifetime),
             sts_role_arn=text("ALPINEAGENTS_STS_ROLE_ARN", defaults.sts_role_arn),
             run_resources=resources,
+            encryption_secret=text("ALPINEAGENTS_ENCRYPTION_SECRET", defaults.encryption_secret),
+            encryption_secret_key=text(
+                "ALPINEAGENTS_ENCRYPTION_SECRET_KEY", defaults.encryption_secret_key
+            ),
         )

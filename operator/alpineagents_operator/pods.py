@@ -31,6 +31,7 @@ from typing import Any
 from alpineagents.pod_contract import (
     API_VERSION,
     ENV_ATTEMPT,
+    ENV_ENCRYPTION_KEYS,
     ENV_PREFIX,
     ENV_SECRET_NAMES,
     ENV_SPEC,
@@ -222,6 +223,10 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         )
     if config.anthropic_base_url:
         ours.append({"name": "ANTHROPIC_BASE_URL", "value": config.anthropic_base_url})
+    if config.encryption_secret:
+        ours.append(
+            _secret_env(ENV_ENCRYPTION_KEYS, config.encryption_secret, config.encryption_secret_key)
+        )
     if uses_run_credentials(run, config):
         ours += [
             {"name": f"{key}_FILE", "value": f"{CREDENTIALS_MOUNT}/{key}"}

@@ -301,3 +301,18 @@ def test_runs_by_phase_follow_each_run() -> None:
         return float(sample or 0)
 
     assert (value("Running"), value("Succeeded")) == (0, 1)
+
+
+def test_with_encryption_the_pod_gets_the_keyring_by_reference() -> None:
+    config = replace(CONFIG, encryption_secret="keyring")
+    env = env_of(pod_manifest(agentrun(), 1, config))
+    assert env["ALPINEAGENTS_ENCRYPTION_KEYS"] == {
+        "secretKeyRef": {"name": "keyring", "key": "keys"}
+    }
+    # Listed as a secret: the runner masks the keys wherever it writes.
+    assert "ALPINEAGENTS_ENCRYPTION_KEYS" in str(env["ALPINEAGENTS_SECRET_ENV"]).split(",")
+    # Not the AgentRun's to override.
+    run = agentrun(env=[{"name": "ALPINEAGENTS_ENCRYPTION_KEYS", "value": "mine:xx"}])
+    assert env_of(pod_manifest(run, 1, config))["ALPINEAGENTS_ENCRYPTION_KEYS"] == {
+        "secretKeyRef": {"name": "keyring", "key": "keys"}
+    }

@@ -129,8 +129,17 @@ MinIO Secret and the store Secrets must hold the same value.
 {{- end -}}
 {{- end -}}
 
-{{/* The store URL the operator and its pods use. */}}
+{{/* The store URL the operator and its pods use; with encryption, it says so. */}}
 {{- define "alpineagents.storeUrl" -}}
+{{- $url := include "alpineagents.plainStoreUrl" . -}}
+{{- if .Values.encryption.enabled -}}
+{{- printf "%s%sencrypted=true" $url (ternary "&" "?" (contains "?" $url)) -}}
+{{- else -}}
+{{- $url -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "alpineagents.plainStoreUrl" -}}
 {{- if .Values.store.url -}}
 {{- if not (regexMatch "^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^?[:space:]]*)?([?][^[:space:]]*)?$" .Values.store.url) -}}
 {{- fail (printf "store.url %q is not of the form s3://BUCKET/PREFIX?endpoint=HOST:PORT&secure=true|false (BUCKET: 3-63 lowercase letters, digits, '.' or '-'; only s3:// works in a cluster, since a file store cannot be shared by the pods of one run)" .Values.store.url) -}}
@@ -284,6 +293,9 @@ Types, ranges and formats of single values are in values.schema.json.
 {{- end -}}
 {{- if and .Values.anthropic.existingSecret .Values.anthropic.apiKey -}}
 {{- fail "give either anthropic.existingSecret (a Secret you made) or anthropic.apiKey (the chart makes the Secret), not both" -}}
+{{- end -}}
+{{- if and .Values.encryption.enabled (not .Values.encryption.existingSecret) -}}
+{{- fail "encryption.enabled needs encryption.existingSecret: a Secret with the keyring (make a key with: python -m alpineagents.store.encrypted new-key k1)" -}}
 {{- end -}}
 {{- if and .Values.store.existingSecret (or .Values.store.accessKeyId .Values.store.secretAccessKey) -}}
 {{- fail "give either store.existingSecret (a Secret you made) or store.accessKeyId + store.secretAccessKey (the chart makes the Secret), not both" -}}
