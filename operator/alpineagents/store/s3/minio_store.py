@@ -137,6 +137,7 @@ from minio.credentials.providers import Provider
 from minio.deleteobjects import DeleteObject
 from minio.error import InvalidResponseError, S3Error, ServerError
 
+from ... import collection
 from ...errors import (
     MissingBucketError,
     StateFencedError,
@@ -388,7 +389,9 @@ class MinioStore(Store):
             entries = pick_entries(((s, fetched[s.key]) for s in live), committed)
             if len(entries) == committed or attempt == _READ_ATTEMPTS - 1:
                 self._remember_read(state_id, doc, etag)
-                return Record([json.loads(line) for _, line in entries], dict(doc["info"]))
+                with collection.paused():
+                    parsed = [json.loads(line) for _, line in entries]
+                return Record(parsed, dict(doc["info"]))
         raise StoreUnavailableError(
             f"State {state_id!r} in {self!r} kept changing while it was read; try again"
         )
