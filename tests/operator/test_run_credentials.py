@@ -384,6 +384,9 @@ async def test_the_issuer_writes_the_runs_secret_and_renews_it_when_due(
     saved = save_a_state(store_with(minio, minio_bucket, as_credentials(first)), run.state_id, "x")
     assert saved.saved_entries == 1
 
+    # The step that created the pod saw the run before it had an attempt: nothing is due.
+    before = AgentRunView.from_body({**body, "status": {}})
+    assert await issuer.renew_if_due(before, []) is None
     # Not due yet: nothing minted; due in about half the lifetime.
     wait = await issuer.renew_if_due(run, [running_pod(run)])
     assert wait is not None and 400 < wait <= 450
