@@ -88,6 +88,30 @@ def test_an_info_only_write_keeps_the_entries(store: Store) -> None:
     assert record.info["stopped"] == "done"
 
 
+def test_read_since_gives_only_what_is_new(store: Store) -> None:
+    assert store.read_since("run", 0) is None
+    store.write("run", [entry(0), entry(1)], info(2), create=True)
+    assert store.read_since("run", 2) == ([], info(2))
+    # A line longer than one read window, so a tail reader has to look further back.
+    later = [entry(2, "long " * 5000), entry(3), entry(4)]
+    store.write("run", later, info(5, stopped="answered"))
+    for seq in (0, 1, 2, 3, 5):
+        record = store.read_since("run", seq)
+        assert record is not None
+        assert (
+            sorted(record.entries, key=lambda e: e["seq"]) == ([entry(0), entry(1)] + later)[seq:]
+        )
+        assert record.info == info(5, stopped="answered")
+
+
+async def test_aread_since_gives_only_what_is_new(store: Store) -> None:
+    store.write("run", [entry(0), entry(1), entry(2)], info(3), create=True)
+    record = await store.aread_since("run", 1)
+    assert record is not None
+    assert sorted(record.entries, key=lambda e: e["seq"]) == [entry(1), entry(2)]
+    assert await store.aread_since("other", 0) is None
+
+
 def test_create_refuses_an_existing_id_and_writes_nothing(store: Store) -> None:
     store.write("run", [entry(0), entry(1)], info(2), create=True)
     before = store.read("run")

@@ -72,6 +72,18 @@ class FileStore(Store):
             return None
         return Record(_parse(raw), info)
 
+    def read_since(self, state_id: str, seq: int) -> Record | None:
+        path = self._path(state_id)
+        try:
+            # info.json first: the history read after it is at least as new (write()
+            # appends to the history before it replaces info.json).
+            info = json.loads((path / _INFO).read_bytes())
+            with open(path / _HISTORY, "rb") as file:
+                raw = _tail_from(file, seq)
+        except FileNotFoundError:
+            return None
+        return Record([e for e in _parse(raw) if int(e["seq"]) >= seq], info)
+
     def list(self) -> builtins.list[StateInfo]:
         infos = []
         if self.folder.is_dir():
@@ -154,6 +166,29 @@ def _parse(raw: bytes) -> list[dict[str, Any]]:
         if line.strip():
             entries.append(json.loads(line))
     return entries
+
+
+def _tail_from(file: BinaryIO, seq: int) -> bytes:
+    """The end of a history file from the line of entry ``seq`` on (or a little more).
+
+    Read backwards in growing windows: entries are appended in seq order, so once the
+    first complete line of a window is at or before ``seq``, the window holds all of
+    them. Following a run costs a few KiB per read, whatever its length.
+    """
+    size = file.seek(0, os.SEEK_END)
+    window = 1 << 12
+    while True:
+        start = max(0, size - window)
+        file.seek(start)
+        data = file.read(size - start)
+        if start == 0:
+            return data
+        newline = data.find(b"\n")
+        if newline >= 0:
+            end = data.find(b"\n", newline + 1)
+            if end >= 0 and int(json.loads(data[newline + 1 : end])["seq"]) <= seq:
+                return data[newline + 1 :]
+        window *= 4
 
 
 def _repair_tail(file: BinaryIO) -> int:
