@@ -98,9 +98,7 @@ def test_read_since_gives_only_what_is_new(store: Store) -> None:
     for seq in (0, 1, 2, 3, 5):
         record = store.read_since("run", seq)
         assert record is not None
-        assert (
-            sorted(record.entries, key=lambda e: e["seq"]) == ([entry(0), entry(1)] + later)[seq:]
-        )
+        assert sorted(record.entries, key=lambda e: e["seq"]) == [entry(0), entry(1), *later][seq:]
         assert record.info == info(5, stopped="answered")
 
 
