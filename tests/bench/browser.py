@@ -53,9 +53,10 @@ def browser() -> Iterator[Any]:
     if path is None:
         missing("chromium", "apt-get install chromium (Debian's package; no browser is downloaded)")
     try:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import expect, sync_playwright
     except ImportError:
         missing("playwright", "pip install -e '.[test]'")
+    expect.set_options(timeout=WAIT_MS)
     with (
         tempfile.TemporaryDirectory(prefix="alpineagents-chromium-") as profile,
         sync_playwright() as playwright,

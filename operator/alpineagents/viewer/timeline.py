@@ -144,6 +144,7 @@ class Timeline:
         self._model: Row | None = None
         self._calls: dict[str, Row] = {}
         self._inputs: dict[str, Mapping[str, Any]] = {}
+        self._shown_inputs: dict[str, str] = {}  # each call's input as its row shows it
         self._sent: dict[int, Row] = {}
         self._stopped_by: str | None = None  # text of the stop that ended the last attempt
         self._closing = False  # inside the entries that closed a lost process's turn
@@ -328,18 +329,20 @@ class Timeline:
             for index, block in enumerate(calls):
                 call_id = str(block.get("id"))
                 call_input = block.get("input") or {}
+                shown = _one_line(json.dumps(call_input, ensure_ascii=False))
                 call = self._row(
                     "call",
                     f"c{seq}.{index}",
                     seq,
                     title=str(block.get("name")),
-                    text=_one_line(json.dumps(call_input, ensure_ascii=False)),
+                    text=shown,
                     status="running",
                     start=time,
                 )
                 call.turn, call.call_id = row.turn, call_id
                 self._calls[call_id] = call
                 self._inputs[call_id] = call_input
+                self._shown_inputs[call_id] = shown
                 touched.append(call)
         else:
             row.status = "answer"
@@ -389,7 +392,7 @@ class Timeline:
         # A call lost with its process ended somewhere before the next process closed it.
         call.lost = outcome == "aborted" and text == UNKNOWN_RESULT
         call.end = time
-        call.text = _one_line(f"{_input_line(self._inputs.get(call_id))} → {text}")
+        call.text = _one_line(f"{self._shown_inputs.get(call_id, '')} → {text}")
         if outcome == "aborted":
             self.summary.aborted_calls += 1
         self.summary.awaiting = [c for c in self.summary.awaiting if c.call_id != call_id]
@@ -446,12 +449,6 @@ def _text_of(message: Message | None, fallback: str) -> str:
     if message is None:
         return fallback
     return message.text or fallback
-
-
-def _input_line(call_input: Mapping[str, Any] | None) -> str:
-    if not call_input:
-        return ""
-    return json.dumps(call_input, ensure_ascii=False)
 
 
 def _one_line(text: str) -> str:
