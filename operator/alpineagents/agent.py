@@ -14,8 +14,8 @@ from typing import Any
 from . import model as _model
 from .messages import Message, excerpt
 from .permissions import AskPerson, Policy, allow_all
-from .state import State, ToolCall, error_text
-from .store import Store
+from .state import State, StopReason, ToolCall, error_text
+from .store.base import Store, check_owner
 from .tools import Tool, ToolOutput, as_tool, call, output
 
 # The State and call id of the tool call running in this context (for subagents).
@@ -81,7 +81,8 @@ class Agent:
                 "Agent.run() cannot be called from async code: use 'await agent.arun(state)'"
             )
         loop = asyncio.new_event_loop()
-        task = loop.create_task(self._run(state, sync_saves=True))
+        hold = _Run(self, state, sync_saves=True)
+        task = loop.create_task(self._run(state, hold))
         try:
             try:
                 return loop.run_until_complete(task)
@@ -90,44 +91,38 @@ class Agent:
                     raise
                 # A signal handler raised (Ctrl+C, SystemExit) while the loop waited: let
                 # the run close its calls with that reason and save, then raise it.
-                state._interrupt = interrupt
+                hold.interrupt = interrupt
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     loop.run_until_complete(task)
                 raise
         finally:
-            state._interrupt = None
             loop.close()
 
     async def arun(self, state: State) -> str | None:
         """Async ``run``. Cancel the task to stop it: calls are closed and the State is saved."""
-        return await self._run(state, sync_saves=False)
+        return await self._run(state, _Run(self, state, sync_saves=False))
 
-    async def _run(self, state: State, *, sync_saves: bool) -> str | None:
-        self._claim(state)
+    async def _run(self, state: State, hold: _Run) -> str | None:
+        check_owner(self.store, state)
         if not state.history:
             raise ValueError(f"State {state.id!r} has no messages: give it a first message")
-        if state._running:
+        if state.active_run is not None:
             raise RuntimeError(f"State {state.id!r} is already running")
-        loop = asyncio.get_running_loop()
-        state._running, state._sync_saves, state._save_lock = True, sync_saves, asyncio.Lock()
-
-        def save_soon() -> None:  # called from any thread by State.send
-            loop.call_soon_threadsafe(self._save_soon, state)
-
-        state._on_send = save_soon
+        hold.loop = asyncio.get_running_loop()
+        state.active_run = hold
         client_token = _run_client.set(self._client or _model.default_client())
         try:
             await self._save(state)  # run starts; refuses a new State whose id is taken
             try:
                 stopped = await self._steps(state)
                 if state.stopped != stopped:
-                    state._add("stop", f"stopped: {stopped}", {"reason": stopped})
+                    state.add("stop", f"stopped: {stopped}", {"reason": stopped})
             except BaseException as error:
-                reason = state._interrupt or error
-                state._close_open_turn(reason)
-                kind = "interrupted" if isinstance(reason, _INTERRUPTS) else "error"
-                state._add(
+                reason = hold.interrupt or error
+                state.close_open_turn(reason)
+                kind: StopReason = "interrupted" if isinstance(reason, _INTERRUPTS) else "error"
+                state.add(
                     "stop",
                     f"stopped: {error_text(reason)}",
                     {"reason": kind, "error": error_text(reason)},
@@ -135,18 +130,18 @@ class Agent:
                 try:
                     await self._save(state)
                 except Exception as save_error:
-                    if error is not state._save_error:
+                    if error is not hold.save_error:
                         error.add_note(f"saving the state also failed: {error_text(save_error)}")
                 raise
             await self._save(state)  # run ends
             return state.answer
         finally:
-            state._running, state._on_send, state._save_error = False, None, None
+            state.active_run = None
             if self._client is None:
                 await _model.close(_run_client.get())
             _run_client.reset(client_token)
 
-    async def _steps(self, state: State) -> str:
+    async def _steps(self, state: State) -> StopReason:
         turns = 0
         while True:
             runnable = [c for c in state.pending_calls if c not in state.awaiting_approval]
@@ -155,7 +150,7 @@ class Agent:
                 continue
             if state.pending_calls:
                 return "waiting_for_approval"
-            state._join_waiting()
+            state.join_waiting()
             if not state.messages or state.messages[-1].role != "user":
                 return "answered"
             if self.max_turns is not None and turns >= self.max_turns:
@@ -168,18 +163,18 @@ class Agent:
     async def think(self, state: State) -> Message:
         """Ask the model for its next message, saving before and after."""
         request = self._request(state.messages)
-        state._add("model_request", f"asking {self.model}", {"model": self.model})
+        state.add("model_request", f"asking {self.model}", {"model": self.model})
         await self._save(state)
         try:
             reply = await _model.ask(self._model_client(), request, self.retry)
         except Exception as error:
             # Taken back: the messages stay as they were, so the next think asks again.
-            state._add("model_error", error_text(error), {"error": error_text(error)}, error)
-            state._join_waiting()
+            state.add("model_error", error_text(error), {"error": error_text(error)}, error)
+            state.join_waiting()
             raise
         message = Message.assistant(reply.get("content", []))
         calls = ", ".join(b["name"] for b in message.tool_uses)
-        state._add(
+        state.add(
             "model_reply",
             f"{self.model} calls {calls}" if calls else f"{self.model}: {excerpt(message.text)}",
             {
@@ -190,7 +185,7 @@ class Agent:
             },
         )
         if not calls:
-            state._join_waiting()
+            state.join_waiting()
         await self._save(state)
         return message
 
@@ -201,7 +196,7 @@ class Agent:
             tool = self.tools.get(pending.name)
             if tool is None:
                 known = ", ".join(sorted(self.tools)) or "none"
-                state._add_result(
+                state.add_result(
                     pending, "error", f"(unknown tool {pending.name!r}; tools: {known})"
                 )
                 continue
@@ -209,13 +204,13 @@ class Agent:
             if allowed:
                 runnable.append((pending, tool))
             elif allowed is False:
-                state._add_result(
+                state.add_result(
                     pending, "refused", "(refused: the permission check did not allow this call)"
                 )
         await self._save(state)  # refusals and answers are saved before any tool runs
         await self._call_tools(state, runnable)
         if not state.pending_calls:
-            state._join_waiting()
+            state.join_waiting()
         await self._save(state)
 
     async def compact(self, state: State) -> None:
@@ -234,7 +229,7 @@ class Agent:
         request = self._request([*state.messages[:cut], ask_summary], with_tools=False)
         reply = await _model.ask(self._model_client(), request, self.retry)
         summary = Message.assistant(reply.get("content", [])).text
-        state._add("compaction", f"compacted {cut} messages", {"summary": summary, "replaced": cut})
+        state.add("compaction", f"compacted {cut} messages", {"summary": summary, "replaced": cut})
         await self._save(state)
 
     def as_tool(self, name: str, description: str) -> Tool:
@@ -263,35 +258,31 @@ class Agent:
         return Tool(name, description, schema, run_subagent)
 
     # ------------------------------------------------------------------ internals
-    def _claim(self, state: State) -> None:
-        if self.store is not None:
-            self.store._claim(state)
-        elif state._store is not None:
-            raise ValueError(
-                f"State {state.id!r} is saved in {state._store!r}; this Agent has no store"
-            )
-
     async def _save(self, state: State) -> None:
         if self.store is None:
             return
+        hold = state.active_run
+        if not isinstance(hold, _Run):  # a step called outside a run
+            await self.store.asave(state)
+            return
         try:
-            if state._sync_saves:
+            if hold.sync_saves:
                 self.store.save(state)
             else:
-                async with state._save_lock:
+                async with hold.save_lock:
                     await self.store.asave(state)
         except Exception as error:
-            state._save_error = error
+            hold.save_error = error
             raise
 
-    def _save_soon(self, state: State) -> None:
+    def _save_soon(self, state: State, hold: _Run) -> None:
         async def save() -> None:
             with contextlib.suppress(Exception):  # the next step's save raises it
                 await self._save(state)
 
-        if state._running:
-            state._background.add(task := asyncio.ensure_future(save()))
-            task.add_done_callback(state._background.discard)
+        if state.active_run is hold:
+            hold.background.add(task := asyncio.ensure_future(save()))
+            task.add_done_callback(hold.background.discard)
 
     async def _permit(self, state: State, pending: ToolCall) -> bool | None:
         """True to run, False to refuse, None to leave waiting for a person."""
@@ -304,8 +295,8 @@ class Agent:
         if decision == "refuse":
             return False
         if self.ask is None:
-            if pending.id not in state._asked:
-                state._add(
+            if all(asked.id != pending.id for asked in state.awaiting_approval):
+                state.add(
                     "approval_request",
                     f"asks a person: {pending.name} {excerpt(json.dumps(pending.input), 120)}",
                     {"call_id": pending.id, "name": pending.name, "input": pending.input},
@@ -322,7 +313,7 @@ class Agent:
         try:
             for next_done in asyncio.as_completed(futures):
                 pending, outcome, content, error = await next_done
-                state._add_result(pending, outcome, content, error)
+                state.add_result(pending, outcome, content, error)
                 with contextlib.suppress(Exception):
                     # A failed save here does not stop the other tools: the save at the
                     # end of use_tools writes what is missing, or raises.
@@ -362,6 +353,28 @@ class Agent:
         if with_tools and self.tools:
             request["tools"] = [t.to_api() for t in self.tools.values()]
         return request
+
+
+class _Run:
+    """The Agent's hold on a State for the length of one run (``State.active_run``)."""
+
+    def __init__(self, agent: Agent, state: State, *, sync_saves: bool) -> None:
+        self.agent = agent
+        self.state = state
+        self.sync_saves = sync_saves
+        """Saves run on the run's own thread (``run``), not as awaited tasks (``arun``)."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.save_lock = asyncio.Lock()
+        self.save_error: BaseException | None = None
+        """The last error a save raised (a run ending on it notes no second failure)."""
+        self.interrupt: BaseException | None = None
+        """The signal (Ctrl+C, SIGTERM) that stopped ``run``: the reason calls close with."""
+        self.background: set[asyncio.Future[None]] = set()
+
+    def message_sent(self) -> None:
+        """Save a message sent while the run goes on (``State.send``, from any thread)."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.agent._save_soon, self.state, self)
 
 
 def _merged(messages: list[Message]) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """A State is a conversation plus its append-only history.
 
 The history is an event log. Everything else on a State (``messages``, ``answer``,
-pending tool calls, ``stopped``) is derived from it by :meth:`State._replay`, the one
+pending tool calls, ``stopped``) is derived from it by ``State._replay``, the one
 function that applies an entry, whether the entry was just made by a live run or was
 read back from a store. That is why a State loaded twice from the same save is the
 same State.
@@ -10,20 +10,35 @@ same State.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, NamedTuple, Protocol, cast
 
+from .errors import StateFormatError
 from .messages import Message, excerpt
-
-if TYPE_CHECKING:
-    from .store import Store
 
 FORMAT_VERSION = 5
 READABLE_FORMATS = (4, 5)
 
+EntryKind = Literal[
+    "message",
+    "waiting",
+    "joined",
+    "model_request",
+    "model_reply",
+    "model_error",
+    "tool_result",
+    "permission",
+    "approval_request",
+    "compaction",
+    "stop",
+]
+"""What an entry records (see the README's "History entries and formats")."""
 Outcome = Literal["ok", "error", "refused", "aborted"]
+"""How a tool call ended (``Entry.outcome`` of a ``tool_result``)."""
+StopReason = Literal["answered", "max_turns", "waiting_for_approval", "interrupted", "error"]
+"""Why a run stopped (``State.stopped``)."""
 
 # The closing texts of the spec: what a loaded State says about a turn a killed process left open.
 UNKNOWN_RESULT = (
@@ -52,7 +67,7 @@ class Entry:
     """
 
     seq: int
-    kind: str
+    kind: EntryKind
     time: datetime
     text: str
     data: dict[str, Any] = field(default_factory=dict)
@@ -77,7 +92,8 @@ class Entry:
     def from_dict(cls, raw: dict[str, Any]) -> Entry:
         return cls(
             seq=int(raw["seq"]),
-            kind=str(raw["kind"]),
+            # A kind this version does not know is kept as it is; replay passes over it.
+            kind=cast(EntryKind, str(raw["kind"])),
             time=datetime.fromisoformat(raw["time"]),
             text=str(raw.get("text", "")),
             data=dict(raw.get("data") or {}),
@@ -93,11 +109,39 @@ class ToolCall:
     input: dict[str, Any]
 
 
+class Record(NamedTuple):
+    """A State as a store holds it: its entries (as dicts) and its info."""
+
+    entries: list[dict[str, Any]]
+    info: dict[str, Any]
+
+
+class ActiveRun(Protocol):
+    """What a State needs of the Agent running it (``State.active_run``, set by the Agent
+    for the length of one run; the Agent keeps the rest of its run there too)."""
+
+    def message_sent(self) -> None:
+        """A message was sent to the running State (called from any thread)."""
+
+
+class SaveCursor(Protocol):
+    """What a State needs of the store that saves it (``State.save_cursor``, set by that
+    store after each save; the store keeps the rest of its bookkeeping there too)."""
+
+    @property
+    def entries(self) -> int:
+        """How many entries of the history the store has."""
+        ...
+
+
 class State:
     """A conversation and its history, saved to a store as it runs.
 
     ``State(id, messages=[...])`` starts a new one; ``store.load(id)`` continues a saved
-    one. ``history`` is append-only; the other attributes are derived from it.
+    one (:meth:`from_record` is how). ``history`` is append-only; the other attributes are
+    derived from it. The steps of a run (``Agent.think``, ``use_tools``, ...) record what
+    happens with :meth:`add`, :meth:`add_result`, :meth:`join_waiting` and
+    :meth:`close_open_turn`.
     """
 
     def __init__(
@@ -113,9 +157,17 @@ class State:
         self.parent_id = parent_id
         self.history: list[Entry] = []
         self.messages: list[Message] = []
-        self.stopped: str | None = None
+        self.stopped: StopReason | None = None
         self.turns = 0
         self.usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
+        self.loaded_entries = 0
+        """How many entries of ``history`` came from the record it was loaded from (the
+        entries after them were added since: first those closing a turn a stopped
+        process left open, then the run's)."""
+        self.active_run: ActiveRun | None = None
+        """The Agent's hold on this State while it runs; ``None`` between runs."""
+        self.save_cursor: SaveCursor | None = None
+        """The saving store's bookkeeping; ``None`` until a store saved or loaded it."""
         # Derived bookkeeping of the open turn.
         self._calls: dict[str, ToolCall] = {}
         self._results: dict[str, Entry] = {}
@@ -123,21 +175,36 @@ class State:
         self._answered: dict[str, bool] = {}
         self._request_open = False
         self._waiting: list[tuple[int, Message]] = []
-        # Persistence bookkeeping, owned by Store.
-        self._store: Store | None = None
-        self._saved = 0
-        self._saved_info: dict[str, Any] | None = None
         self._lock = threading.RLock()
-        self._running = False
-        self._on_send: Callable[[], None] | None = None
-        # Set by the Agent for the length of one run.
-        self._interrupt: BaseException | None = None
-        self._sync_saves = False
-        self._save_lock: Any = None
-        self._save_error: BaseException | None = None
-        self._background: set[Any] = set()
         for message in messages:
-            self._add("message", _message_text(message), {"message": message.to_dict()})
+            self.add("message", _message_text(message), {"message": message.to_dict()})
+
+    @classmethod
+    def from_record(cls, state_id: str, record: Record) -> State:
+        """The State a store saved, ready to run on: the whole load, in one place.
+
+        Checks the format, puts the entries in seq order (a store may hand back entries
+        sent twice, or out of order), replays them, and closes a turn a stopped process
+        left open with entries of its own (tool calls without a result end ``aborted``;
+        the next save writes these). Raises :class:`~alpineagents.errors.StateFormatError`
+        for a format this version cannot read or a history with a gap.
+        """
+        entries, info = record
+        check_format(state_id, info)
+        state = cls(state_id, parent_id=info.get("parent_id"))
+        for raw in _ordered(state_id, list(entries)):
+            entry = Entry.from_dict(raw)
+            state.history.append(entry)
+            state._replay(entry)
+        state.loaded_entries = len(state.history)
+        state.close_open_turn(None)
+        return state
+
+    def to_record(self, since: int = 0) -> Record:
+        """The entries from seq ``since`` on (as dicts) and the info a store saves with them,
+        taken together (the State may be changing on another thread)."""
+        with self._lock:
+            return Record([entry.to_dict() for entry in self.history[since:]], self._info())
 
     # ----------------------------------------------------------------- derived views
     @property
@@ -174,7 +241,8 @@ class State:
     @property
     def saved_entries(self) -> int:
         """How many entries of ``history`` its store has; later ones are not saved yet."""
-        return self._saved
+        cursor = self.save_cursor
+        return cursor.entries if cursor is not None else 0
 
     def approval(self, call_id: str) -> bool | None:
         return self._answered.get(call_id)
@@ -189,15 +257,15 @@ class State:
         if isinstance(message, str):
             message = Message.user(message)
         with self._lock:
-            if self._running:
-                entry = self._add(
+            run = self.active_run
+            if run is not None:
+                entry = self.add(
                     "waiting", "waiting: " + _message_text(message), {"message": message.to_dict()}
                 )
             else:
-                entry = self._add("message", _message_text(message), {"message": message.to_dict()})
-            notify = self._on_send
-        if notify is not None:
-            notify()
+                entry = self.add("message", _message_text(message), {"message": message.to_dict()})
+        if run is not None:
+            run.message_sent()
         return entry
 
     def approve(self, call_id: str, allow: bool, *, note: str = "") -> Entry:
@@ -210,16 +278,17 @@ class State:
                     f"State {self.id!r} has no open tool call {call_id!r} (open calls: {open_ids})"
                 )
             word = "allowed" if allow else "refused"
-            return self._add(
+            return self.add(
                 "permission",
                 f"a person {word} {call.name}" + (f": {note}" if note else ""),
                 {"call_id": call_id, "allow": allow, "by": "person", "note": note},
             )
 
     # ----------------------------------------------------------------- the event log
-    def _add(
-        self, kind: str, text: str, data: dict[str, Any], error: BaseException | None = None
+    def add(
+        self, kind: EntryKind, text: str, data: dict[str, Any], error: BaseException | None = None
     ) -> Entry:
+        """Append one entry to the history and apply it (the steps of a run call this)."""
         with self._lock:
             entry = Entry(len(self.history), kind, datetime.now(UTC), text, data, error)
             self.history.append(entry)
@@ -271,7 +340,7 @@ class State:
             summary = Message.user(f"Summary of the earlier conversation:\n{data['summary']}")
             self.messages[: int(data["replaced"])] = [summary]
         elif kind == "stop":
-            self.stopped = str(data["reason"])
+            self.stopped = cast(StopReason, str(data["reason"]))
 
     def _result_blocks(self) -> list[dict[str, Any]]:
         blocks = []
@@ -287,26 +356,28 @@ class State:
             blocks.append(block)
         return blocks
 
-    def _add_result(
+    def add_result(
         self,
         call: ToolCall,
         outcome: Outcome,
         content: str | list[dict[str, Any]],
         error: BaseException | None = None,
     ) -> Entry:
+        """Append the result of a tool call (its content is what the model gets)."""
         text = content if isinstance(content, str) else Message.user(content).text or "[content]"
-        return self._add(
+        return self.add(
             "tool_result",
             excerpt(text),
             {"call_id": call.id, "name": call.name, "outcome": outcome, "content": content},
             error,
         )
 
-    def _join_waiting(self) -> None:
+    def join_waiting(self) -> None:
+        """Let the messages sent while a turn was open join ``messages`` (turn closed)."""
         for seq, message in list(self._waiting):
-            self._add("joined", "joined: " + _message_text(message), {"waiting_seq": seq})
+            self.add("joined", "joined: " + _message_text(message), {"waiting_seq": seq})
 
-    def _close_open_turn(self, reason: BaseException | None) -> None:
+    def close_open_turn(self, reason: BaseException | None) -> None:
         """Close what a stopped run left open, with entries of its own.
 
         ``reason`` is the exception that ends a live run; ``None`` means the process was
@@ -315,15 +386,15 @@ class State:
         with self._lock:
             if self._request_open:
                 text = MODEL_STOPPED if reason is None else aborted_text(reason)
-                self._add("model_error", text, {"error": text}, reason)
+                self.add("model_error", text, {"error": text}, reason)
             for call in self.pending_calls:
                 if call.id in self._asked and call.id not in self._answered:
                     continue  # never ran: it waits for a person, not for a result
-                self._add_result(
+                self.add_result(
                     call, "aborted", UNKNOWN_RESULT if reason is None else aborted_text(reason)
                 )
             if not self.pending_calls:
-                self._join_waiting()
+                self.join_waiting()
 
     # ----------------------------------------------------------------- persistence
     def _info(self) -> dict[str, Any]:
@@ -343,17 +414,6 @@ class State:
         }
         return info
 
-    @classmethod
-    def _from_record(
-        cls, state_id: str, entries: list[dict[str, Any]], info: dict[str, Any]
-    ) -> State:
-        state = cls(state_id, parent_id=info.get("parent_id"))
-        for raw in entries:
-            entry = Entry.from_dict(raw)
-            state.history.append(entry)
-            state._replay(entry)
-        return state
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, State):
             return NotImplemented
@@ -367,3 +427,29 @@ class State:
 
 def _message_text(message: Message) -> str:
     return f"{message.role}: {excerpt(message.text or '[content]')}"
+
+
+def check_format(state_id: str, info: dict[str, Any]) -> None:
+    """Refuse a State saved in a format this version cannot read (the one place that knows)."""
+    version = info.get("v")
+    if version not in READABLE_FORMATS:
+        readable = " and ".join(str(v) for v in READABLE_FORMATS)
+        raise StateFormatError(
+            f"State {state_id!r} was saved in format {version!r}; this alpineagents reads "
+            f"formats {readable} only, and there is no converter"
+        )
+
+
+def _ordered(state_id: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Stores may hand back entries sent twice or out of order; seq decides.
+    by_seq: dict[int, dict[str, Any]] = {}
+    for entry in entries:
+        by_seq.setdefault(int(entry["seq"]), entry)
+    ordered = [by_seq[seq] for seq in sorted(by_seq)]
+    for index, entry in enumerate(ordered):
+        if int(entry["seq"]) != index:
+            raise StateFormatError(
+                f"State {state_id!r} is damaged: its history has no entry {index} "
+                f"(the store holds seqs {sorted(by_seq)[:5]}...)"
+            )
+    return ordered

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from alpineagents_operator.views import GROUP, PLURAL, VERSION, AgentRunView, parse_time
+from alpineagents.pod_contract import GROUP, PLURAL, VERSION, PendingApproval, state_id_for
 
 JSON = dict[str, Any]
 _TIMEOUT = (5, 20)  # (connect, read) seconds for one API call
@@ -45,27 +45,33 @@ class ClusterRun:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> ClusterRun:
-        view = AgentRunView.from_body(body)
-        meta = body.get("metadata") or {}
-        status = view.status.raw
-        raw_usage = status.get("usage")
-        usage: Mapping[str, Any] = raw_usage if isinstance(raw_usage, Mapping) else {}
-        approvals = view.spec.get("approvals")
+        """The run of an AgentRun as the API server returns it (a JSON dict)."""
+        meta = _mapping(body.get("metadata"))
+        spec = _mapping(body.get("spec"))
+        status = _mapping(body.get("status"))
+        namespace = str(meta.get("namespace") or "default")
+        name = str(meta.get("name") or "")
+        usage = _mapping(status.get("usage"))
+        approvals = spec.get("approvals")
         return cls(
-            namespace=view.namespace,
-            name=view.name,
-            state_id=view.state_id,
-            phase=view.status.phase.value if view.status.phase else None,
+            namespace=namespace,
+            name=name,
+            state_id=str(
+                status.get("stateId") or state_id_for(namespace, name, str(meta.get("uid") or ""))
+            ),
+            phase=str(status.get("phase") or "") or None,
             reason=status.get("reason") or None,
             message=status.get("message") or None,
-            attempt=view.status.attempt,
-            restarts=view.status.restarts,
-            created_at=parse_time(meta.get("creationTimestamp")),
+            attempt=int(status.get("attempt") or 0),
+            restarts=int(status.get("restarts") or 0),
+            created_at=_parse_time(meta.get("creationTimestamp")),
             usage={
                 "input_tokens": int(usage.get("inputTokens") or 0),
                 "output_tokens": int(usage.get("outputTokens") or 0),
             },
-            pending_approvals=tuple(p.call_id for p in view.status.pending_approvals),
+            pending_approvals=tuple(
+                p.call_id for p in PendingApproval.parse_all(status.get("pendingApprovals"))
+            ),
             approvals=tuple(a for a in approvals if isinstance(a, Mapping))
             if isinstance(approvals, list)
             else (),
@@ -223,3 +229,18 @@ def _api_message(error: Any) -> str:
         return f"{error.status} {json.loads(error.body)['message']}"
     except (ValueError, KeyError, TypeError):
         return f"{error.status} {error.reason}"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _parse_time(value: Any) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, ``Z`` for UTC), or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

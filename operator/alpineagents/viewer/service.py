@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from alpineagents import State, StateInfo, Store
-from alpineagents.store import check_format
+from alpineagents.state import check_format
 
 from .cluster import Answer, Cluster, ClusterError, ClusterRun
 from .timeline import JSON, Timeline

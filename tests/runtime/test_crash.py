@@ -19,7 +19,7 @@ from alpineagents import Agent, FileStore, Message, State, tool
 from alpineagents.state import MODEL_STOPPED, UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, hold, reply, tool_use
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Child:

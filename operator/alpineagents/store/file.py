@@ -16,9 +16,10 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
-from .store import Record, StateInfo, Store
+from . import jsonl
+from .base import Record, StateInfo, Store, encode_id, exists_error, not_found_error
 
 _HISTORY = "history.jsonl"
 _INFO = "info.json"
@@ -51,14 +52,14 @@ class FileStore(Store):
             self._create(state_id, path, entries, info)
             return
         if not path.is_dir():
-            raise LookupError(f"no saved State with id {state_id!r} in {self!r}")
+            raise not_found_error(state_id, self)
         history = path / _HISTORY
         with open(history, "r+b") as file:
             have = _repair_tail(file)
             new = [e for e in entries if int(e["seq"]) >= have]
             if new:
                 file.seek(0, os.SEEK_END)
-                file.write(_lines(new))
+                file.write(jsonl.encode(new))
                 file.flush()
                 os.fsync(file.fileno())
         _write_atomic(path / _INFO, json.dumps(info).encode())
@@ -70,7 +71,7 @@ class FileStore(Store):
             info = json.loads((path / _INFO).read_bytes())
         except FileNotFoundError:
             return None
-        return Record(_parse(raw), info)
+        return Record(jsonl.decode(raw), info)
 
     def read_since(self, state_id: str, seq: int) -> Record | None:
         path = self._path(state_id)
@@ -82,7 +83,7 @@ class FileStore(Store):
                 raw = _tail_from(file, seq)
         except FileNotFoundError:
             return None
-        return Record([e for e in _parse(raw) if int(e["seq"]) >= seq], info)
+        return Record([e for e in jsonl.decode(raw) if int(e["seq"]) >= seq], info)
 
     def list(self) -> builtins.list[StateInfo]:
         infos = []
@@ -119,53 +120,22 @@ class FileStore(Store):
     ) -> None:
         _make_private_dir(self.folder)
         if path.exists():
-            raise ValueError(_exists(state_id, self))
+            raise exists_error(state_id, self)
         staging = self.folder / f".creating-{secrets.token_hex(8)}"
         _make_private_dir(staging)
         try:
-            _write_new(staging / _HISTORY, _lines(entries))
+            _write_new(staging / _HISTORY, jsonl.encode(entries))
             _write_new(staging / _INFO, json.dumps(info).encode())
             _fsync_dir(staging)
             try:
                 # rename() onto an existing non-empty folder fails: the atomic "create if absent".
                 staging.rename(path)
             except OSError as error:
-                raise ValueError(_exists(state_id, self)) from error
+                raise exists_error(state_id, self) from error
             _fsync_dir(self.folder)
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
-
-
-def encode_id(state_id: str) -> str:
-    """A file name for ``state_id`` that cannot escape its folder (no ``/``, ``..`` or NUL)."""
-    if not state_id:
-        raise ValueError("a State id must not be empty")
-    name = quote(state_id, safe="-_").replace(".", "%2E")
-    if len(name.encode()) > 255:
-        raise ValueError(
-            f"State id {state_id[:40]!r}... is too long for a FileStore (255 bytes encoded)"
-        )
-    return name
-
-
-def _exists(state_id: str, store: Store) -> str:
-    return (
-        f"a State with id {state_id!r} already exists in {store!r}: continue it with "
-        f"store.load({state_id!r}), or pick another id"
-    )
-
-
-def _lines(entries: list[dict[str, Any]]) -> bytes:
-    return b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in entries)
-
-
-def _parse(raw: bytes) -> list[dict[str, Any]]:
-    entries = []
-    for line in raw.split(b"\n")[:-1]:  # the part after the last newline is a torn write
-        if line.strip():
-            entries.append(json.loads(line))
-    return entries
 
 
 def _tail_from(file: BinaryIO, seq: int) -> bytes:
@@ -186,7 +156,7 @@ def _tail_from(file: BinaryIO, seq: int) -> bytes:
         newline = data.find(b"\n")
         if newline >= 0:
             end = data.find(b"\n", newline + 1)
-            if end >= 0 and int(json.loads(data[newline + 1 : end])["seq"]) <= seq:
+            if end >= 0 and jsonl.seq_of(data[newline + 1 : end]) <= seq:
                 return data[newline + 1 :]
         window *= 4
 
@@ -208,7 +178,7 @@ def _repair_tail(file: BinaryIO) -> int:
     if not complete:
         return 0
     # Entries are appended in seq order, so the last complete line holds the highest.
-    return int(json.loads(complete.rsplit(b"\n", 1)[-1])["seq"]) + 1
+    return jsonl.seq_of(complete.rsplit(b"\n", 1)[-1]) + 1
 
 
 def _make_private_dir(path: Path) -> None:

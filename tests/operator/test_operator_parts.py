@@ -13,7 +13,7 @@ from alpineagents.state import UNKNOWN_RESULT
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.metrics import OperatorMetrics
 from alpineagents_operator.pods import pod_manifest
-from alpineagents_operator.store_view import read_saved, saved_view
+from alpineagents_operator.saved_state import read_saved, saved_view
 from alpineagents_operator.views import AgentRunView
 
 UID = "6f1d2c3b-0000-4000-8000-000000000001"
@@ -147,11 +147,11 @@ def test_no_secret_refs_when_none_are_configured() -> None:
 def test_a_state_killed_mid_tool_shows_its_aborted_call_and_last_seq(tmp_path: Path) -> None:
     store = FileStore(tmp_path / "runs")
     state = State("agents.triage.6f1d2c3b", [Message.user("go")])
-    state._add("model_request", "request", {})
+    state.add("model_request", "request", {})
     reply = Message.assistant(
         [{"type": "tool_use", "id": "toolu_1", "name": "step", "input": {"name": "a"}}]
     )
-    state._add("model_reply", "reply", {"message": reply.to_dict(), "usage": {"input_tokens": 3}})
+    state.add("model_reply", "reply", {"message": reply.to_dict(), "usage": {"input_tokens": 3}})
     store.save(state)  # then the pod is killed: the call never gets a result
     view = read_saved(store, state.id)
     assert view.exists and view.error is None

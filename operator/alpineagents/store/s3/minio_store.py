@@ -6,7 +6,7 @@ and conditional PUTs with ``If-None-Match: *`` / ``If-Match: <etag>``), never Mi
 Layout
 ------
 Under ``<prefix>`` (``""`` or ``"some/folder/"``) each State has a folder named by
-:func:`~alpineagents.file_store.encode_id` (no ``/``, ``..`` or NUL can reach out of it)::
+:func:`~alpineagents.store.base.encode_id` (no ``/``, ``..`` or NUL can reach out of it)::
 
     <prefix><enc id>/info.json
     <prefix><enc id>/h-<incarnation>/<first seq:012d>-<last seq:012d>-<epoch:010d>.jsonl
@@ -120,14 +120,13 @@ import io
 import json
 import logging
 import random
-import re
 import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import unquote
@@ -137,8 +136,27 @@ from minio import Minio
 from minio.deleteobjects import DeleteObject
 from minio.error import InvalidResponseError, S3Error, ServerError
 
-from .file_store import encode_id
-from .store import Record, StateInfo, Store
+from ...errors import (
+    MissingBucketError,
+    StateFencedError,
+    StateNotFoundError,
+    StoreUnavailableError,
+)
+from ..base import Record, StateInfo, Store, encode_id, exists_error, not_found_error
+from .segments import (
+    Lines,
+    Segment,
+    checked_prefix,
+    lines_bytes,
+    lines_of,
+    live_segments,
+    new_entries,
+    parse_lines,
+    parse_segment_name,
+    pick_entries,
+    plan_merge,
+    segment_name,
+)
 
 __all__ = [
     "MinioStore",
@@ -153,9 +171,6 @@ _log = logging.getLogger(__name__)
 
 _INFO = "info.json"
 _LAYOUT = 1
-_SEGMENT = re.compile(r"(\d{12})-(\d{12})-(\d{10})\.jsonl")
-_SEQ_FIRST = re.compile(rb'\{"seq":(\d+)[,}]')
-_MERGE_GROWTH = 2.0  # an older segment joins a merge while at most this times the merged size
 _FETCH_THREADS = 8
 _MIN_PART = 5 << 20  # S3's smallest multipart part; minio's put_object needs at least this
 _READ_ATTEMPTS = 3  # a read re-lists when a merge deletes a segment under it
@@ -163,22 +178,6 @@ _TRANSIENT_CODES = {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnava
 
 # The deadline of the operation running on this thread, read by _BoundedPool.
 _operation = threading.local()
-
-
-class StateFencedError(RuntimeError):
-    """Another writer took this State over: this one must stop writing it.
-
-    Raised by a write (or claim) whose conditional ``info.json`` PUT found another
-    writer's version. Nothing this writer tried to save is visible to a load.
-    """
-
-
-class StoreUnavailableError(ConnectionError):
-    """The object store did not answer within the store's retry budget."""
-
-
-class MissingBucketError(RuntimeError):
-    """The bucket does not exist and the store may not (or could not) create it."""
 
 
 class _BoundedPool(urllib3.PoolManager):
@@ -205,21 +204,6 @@ class _BoundedPool(urllib3.PoolManager):
         return super().urlopen(method, url, redirect=redirect, **kw)
 
 
-@dataclass(frozen=True)
-class _Segment:
-    key: str  # the full object key
-    first: int
-    last: int
-    epoch: int
-
-    @property
-    def size(self) -> int:
-        return self.last - self.first + 1
-
-    def within(self, first: int, last: int) -> bool:
-        return first <= self.first and self.last <= last
-
-
 @dataclass
 class _Held:
     """What this store instance knows of one State: the info.json version it saw last."""
@@ -241,17 +225,6 @@ class _Held:
     @property
     def incarnation(self) -> str:
         return str(self.doc["incarnation"])
-
-
-@dataclass
-class _MergePlan:
-    inputs: builtins.list[_Segment]
-    first: int
-    last: int
-    drop: builtins.list[_Segment] = field(default_factory=builtins.list)  # keys to delete
-
-
-Lines = builtins.list[tuple[int, bytes]]  # (seq, JSON line without newline) of a segment
 
 
 class MinioStore(Store):
@@ -283,7 +256,7 @@ class MinioStore(Store):
             raise ValueError(f"merge_after must be at least 2, not {merge_after!r}")
         self.client = client
         self.bucket = bucket
-        self.prefix = _checked_prefix(prefix)
+        self.prefix = checked_prefix(prefix)
         self.retry_budget = float(retry_budget)
         self.merge_after = merge_after
         self.create_bucket = create_bucket
@@ -382,7 +355,7 @@ class MinioStore(Store):
                 raise StateFencedError(_fenced(state_id, self))
             if held is None or held.token is None:
                 held = self._take_over(state_id, held, deadline, entries=entries)
-            new = _new_entries(state_id, entries, held.committed)
+            new = new_entries(state_id, entries, held.committed)
             segments = int(held.doc.get("segments", 0))
             if new:
                 self._put_segment(folder, held.incarnation, held.epoch, new, deadline)
@@ -403,12 +376,12 @@ class MinioStore(Store):
             doc, etag = got
             committed = int(doc["committed"])
             listed = self._list_segments(folder, str(doc["incarnation"]), deadline)
-            live = _live(listed, committed, int(doc["epoch"]))
+            live = live_segments(listed, committed, int(doc["epoch"]))
             try:
                 self._fetch(live, fetched, deadline)
             except _Vanished:
                 continue  # a merge replaced a segment between our listing and our GET
-            entries = _pick(((s, fetched[s.key]) for s in live), committed)
+            entries = pick_entries(((s, fetched[s.key]) for s in live), committed)
             if len(entries) == committed or attempt == _READ_ATTEMPTS - 1:
                 self._remember_read(state_id, doc, etag)
                 return Record([json.loads(line) for _, line in entries], dict(doc["info"]))
@@ -433,14 +406,14 @@ class MinioStore(Store):
             if committed <= seq:
                 return Record([], dict(doc["info"]))
             listed = self._list_segments(folder, str(doc["incarnation"]), deadline)
-            live = [s for s in _live(listed, committed, int(doc["epoch"])) if s.last >= seq]
+            live = [s for s in live_segments(listed, committed, int(doc["epoch"])) if s.last >= seq]
             try:
                 self._fetch(live, fetched, deadline)
             except _Vanished:
                 continue
             entries = [
                 (n, line)
-                for n, line in _pick(((s, fetched[s.key]) for s in live), committed)
+                for n, line in pick_entries(((s, fetched[s.key]) for s in live), committed)
                 if n >= seq
             ]
             if len(entries) == committed - seq or attempt == _READ_ATTEMPTS - 1:
@@ -538,7 +511,7 @@ class MinioStore(Store):
             if seen is None:
                 got = self._get_info(folder, deadline)
                 if got is None:
-                    raise LookupError(_unknown(state_id, self))
+                    raise not_found_error(state_id, self)
                 seen = _Held(got[0], got[1])
             doc = {**seen.doc, "epoch": seen.epoch + 1, "writer": token}
             etag = self._put_info(folder, doc, deadline, if_match=seen.etag)
@@ -546,7 +519,7 @@ class MinioStore(Store):
                 break
             got = self._get_info(folder, deadline)
             if got is None:
-                raise LookupError(_unknown(state_id, self))
+                raise not_found_error(state_id, self)
             if got[0].get("writer") == token:  # our own PUT, its answer was lost
                 doc, etag = got
                 break
@@ -579,7 +552,9 @@ class MinioStore(Store):
             got = self._get_info(folder, deadline)
             if got is None:
                 self._hold(state_id, None)
-                raise LookupError(_unknown(state_id, self) + " (it was deleted while saved)")
+                raise StateNotFoundError(
+                    f"no saved State with id {state_id!r} in {self!r} (it was deleted while saved)"
+                )
             if got[0].get("writer") != held.token or got[0].get("incarnation") != (
                 held.incarnation
             ):
@@ -601,8 +576,8 @@ class MinioStore(Store):
     ) -> None:
         present = self._list_keys(folder, deadline, recursive=False)
         if folder + _INFO in present:
-            raise ValueError(_exists(state_id, self))
-        new = _new_entries(state_id, entries, 0)
+            raise exists_error(state_id, self)
+        new = new_entries(state_id, entries, 0)
         incarnation, token = secrets.token_hex(8), secrets.token_hex(8)
         written = [self._put_segment(folder, incarnation, 1, new, deadline)] if new else []
         doc: dict[str, Any] = {
@@ -620,7 +595,7 @@ class MinioStore(Store):
             if got is None or got[0].get("writer") != token:
                 with contextlib.suppress(Exception):  # invisible anyway; delete is tidiness
                     self._remove(written, deadline)
-                raise ValueError(_exists(state_id, self))
+                raise exists_error(state_id, self)
             doc, etag = got  # our own PUT, its answer was lost
         self._hold(state_id, _Held(doc, etag, token))
         # Folders of incarnations that never got their info.json (a create that crashed
@@ -648,11 +623,11 @@ class MinioStore(Store):
     def _merge(self, state_id: str, held: _Held, deadline: float) -> None:
         folder = self._folder(state_id)
         listed = self._list_segments(folder, held.incarnation, deadline, retry=False)
-        plan = _plan_merge(listed, held.committed, held.epoch)
+        plan = plan_merge(listed, held.committed, held.epoch)
         if plan.inputs:
             fetched: dict[str, Lines] = {}
             self._fetch(plan.inputs, fetched, deadline, retry=False)
-            lines = _pick(((s, fetched[s.key]) for s in plan.inputs), plan.last + 1)
+            lines = pick_entries(((s, fetched[s.key]) for s in plan.inputs), plan.last + 1)
             lines = [(seq, line) for seq, line in lines if seq >= plan.first]
             self._put_lines(folder, held.incarnation, held.epoch, lines, deadline, retry=False)
         self._remove([s.key for s in plan.drop], deadline, retry=False)
@@ -801,7 +776,7 @@ class MinioStore(Store):
         return self._request(f"PUT {key}", put, deadline)
 
     def _segment_key(self, folder: str, incarnation: str, first: int, last: int, epoch: int) -> str:
-        return f"{folder}h-{incarnation}/{_segment_name(first, last, epoch)}"
+        return f"{folder}h-{incarnation}/{segment_name(first, last, epoch)}"
 
     def _put_segment(
         self,
@@ -811,7 +786,7 @@ class MinioStore(Store):
         entries: builtins.list[dict[str, Any]],
         deadline: float,
     ) -> str:
-        lines = [_line(e) for e in entries]
+        lines = lines_of(entries)
         return self._put_lines(folder, incarnation, epoch, lines, deadline)
 
     def _put_lines(
@@ -859,7 +834,7 @@ class MinioStore(Store):
 
     def _list_segments(
         self, folder: str, incarnation: str, deadline: float, *, retry: bool = True
-    ) -> builtins.list[_Segment]:
+    ) -> builtins.list[Segment]:
         prefix = f"{folder}h-{incarnation}/"
         keys = self._request(
             f"LIST {prefix}",
@@ -871,18 +846,12 @@ class MinioStore(Store):
             deadline,
             retry=retry,
         )
-        segments = []
-        for key in keys:
-            match = _SEGMENT.fullmatch(key[len(prefix) :])
-            if match:
-                first, last, epoch = (int(group) for group in match.groups())
-                if first <= last:
-                    segments.append(_Segment(key, first, last, epoch))
-        return segments
+        segments = (parse_segment_name(key, prefix) for key in keys)
+        return [segment for segment in segments if segment is not None]
 
     def _fetch(
         self,
-        segments: Iterable[_Segment],
+        segments: Iterable[Segment],
         into: dict[str, Lines],
         deadline: float,
         *,
@@ -898,7 +867,7 @@ class MinioStore(Store):
                 else:
                     wanted.append(segment)
 
-        def get(segment: _Segment) -> Lines:
+        def get(segment: Segment) -> Lines:
             def once() -> bytes:
                 try:
                     response = self.client.get_object(self.bucket, segment.key)
@@ -913,7 +882,7 @@ class MinioStore(Store):
                     response.release_conn()
 
             body = self._request(f"GET {segment.key}", once, deadline, retry=retry)
-            return _parse_lines(segment, body)
+            return parse_lines(segment, body)
 
         for segment, lines in zip(
             wanted,
@@ -938,7 +907,7 @@ class MinioStore(Store):
             for key in doomed:
                 lines = self._cache.pop(key, None)
                 if lines is not None:
-                    self._cached_bytes -= _lines_bytes(lines)
+                    self._cached_bytes -= lines_bytes(lines)
 
     def _in_parallel(self, calls: builtins.list[Callable[[], T]]) -> builtins.list[T]:
         if len(calls) <= 1:
@@ -972,10 +941,10 @@ class MinioStore(Store):
             if key in self._cache:
                 return
             self._cache[key] = lines
-            self._cached_bytes += _lines_bytes(lines)
+            self._cached_bytes += lines_bytes(lines)
             while self._cached_bytes > self.cache_bytes and self._cache:
                 _, dropped = self._cache.popitem(last=False)
-                self._cached_bytes -= _lines_bytes(dropped)
+                self._cached_bytes -= lines_bytes(dropped)
 
     def _cached(self, key: str) -> Lines | None:
         with self._guard:
@@ -994,137 +963,6 @@ class _Vanished(Exception):
 
 
 # ------------------------------------------------------------ pure functions
-def _checked_prefix(prefix: str) -> str:
-    """``""`` or ``"a/b/"``; refuses parts that could climb out (``..``) or be ambiguous."""
-    stripped = prefix.strip("/")
-    if not stripped:
-        return ""
-    parts = stripped.split("/")
-    for part in parts:
-        if part in ("", ".", "..") or "\\" in part or "\x00" in part:
-            raise ValueError(
-                f"MinioStore prefix {prefix!r} is not a plain key prefix (no empty, '.' or "
-                f"'..' parts, no backslash or NUL)"
-            )
-    return stripped + "/"
-
-
-def _new_entries(
-    state_id: str, entries: builtins.list[dict[str, Any]], have: int
-) -> builtins.list[dict[str, Any]]:
-    """The entries at or after seq ``have``; they must follow on without a gap."""
-    new = sorted((e for e in entries if int(e["seq"]) >= have), key=lambda e: int(e["seq"]))
-    for index, entry in enumerate(new):
-        if int(entry["seq"]) != have + index:
-            raise ValueError(
-                f"State {state_id!r}: the store has {have} entries, so the next one is seq "
-                f"{have + index}, not {entry['seq']}"
-            )
-    return new
-
-
-def _parse_lines(segment: _Segment, body: bytes) -> Lines:
-    lines: Lines = []
-    for line in body.split(b"\n"):
-        if line.strip():
-            # Lines are written with seq first, so the seq is read without parsing the
-            # entry (a load parses each entry once, a merge never).
-            found = _SEQ_FIRST.match(line)
-            seq = int(found.group(1)) if found else int(json.loads(line)["seq"])
-            if not segment.first <= seq <= segment.last:
-                raise ValueError(f"segment {segment.key} holds seq {seq}: damaged")
-            lines.append((seq, line))
-    return lines
-
-
-def _line(entry: dict[str, Any]) -> tuple[int, bytes]:
-    seq = int(entry["seq"])
-    ordered = {"seq": seq, **{k: v for k, v in entry.items() if k != "seq"}}
-    return seq, json.dumps(ordered, separators=(",", ":")).encode()
-
-
-def _lines_bytes(lines: Lines) -> int:
-    return sum(len(line) + 1 for _, line in lines)
-
-
-def _live(segments: Iterable[_Segment], committed: int, epoch: int) -> builtins.list[_Segment]:
-    """The segments a read needs, by first seq: visible, not contained in another one.
-
-    A segment is contained (superseded) when another one holds all its seqs with an epoch
-    at least as high: for each seq the highest epoch wins, so it would never be used.
-    """
-    visible = [s for s in segments if s.first < committed and s.epoch <= epoch]
-    # Longest first among equal starts, higher epoch first among equal ranges: a segment
-    # can only be contained in one sorted before it.
-    visible.sort(key=lambda s: (s.first, -s.last, -s.epoch))
-    reach: dict[int, int] = {}  # epoch -> furthest last seq of a segment seen so far
-    live = []
-    for segment in visible:
-        if any(last >= segment.last for e, last in reach.items() if e >= segment.epoch):
-            continue
-        live.append(segment)
-        reach[segment.epoch] = max(reach.get(segment.epoch, -1), segment.last)
-    return live
-
-
-def _pick(segments: Iterable[tuple[_Segment, Lines]], committed: int) -> Lines:
-    """Entries ``0..committed-1`` that are there: for each seq, from the highest epoch."""
-    by_seq: dict[int, bytes] = {}
-    for _, lines in sorted(segments, key=lambda pair: -pair[0].epoch):
-        for seq, line in lines:
-            if seq < committed:
-                by_seq.setdefault(seq, line)
-    return [(seq, by_seq[seq]) for seq in sorted(by_seq)]
-
-
-def _plan_merge(listed: builtins.list[_Segment], committed: int, epoch: int) -> _MergePlan:
-    """Which newest segments to merge into one, and which segments that makes unneeded.
-
-    Size-tiered: the newest segment, then older ones while each is at most
-    ``_MERGE_GROWTH`` times what is merged so far; then any older segment overlapping the
-    range, so that the merged one holds every seq of its range from the right epoch.
-    """
-    live = _live(listed, committed, epoch)
-    start = len(live)
-    if live:
-        start -= 1
-        merged = live[-1].size
-        while start > 0 and live[start - 1].size <= _MERGE_GROWTH * merged:
-            start -= 1
-            merged += live[start].size
-        while True:  # an older segment reaching into the range must join it
-            low = min(s.first for s in live[start:])
-            reaching = [i for i in range(start) if live[i].last >= low]
-            if not reaching:
-                break
-            start = min(reaching)
-    inputs = live[start:] if len(live) - start >= 2 else []
-    if inputs:
-        first = min(s.first for s in inputs)
-        last = min(committed - 1, max(s.last for s in inputs))
-    else:
-        first, last = 0, -1
-    live_keys = {s.key for s in live}
-    drop = []
-    for segment in listed:
-        if segment.epoch > epoch:
-            continue  # a newer owner's: never ours to judge
-        if inputs and segment.within(first, last):
-            drop.append(segment)  # held by the merged segment
-        elif segment.first >= committed and segment.epoch < epoch:
-            drop.append(segment)  # a fenced writer's leftovers, past what was committed
-        elif segment.key not in live_keys and segment.first < committed:
-            drop.append(segment)  # contained in a live segment of at least its epoch
-    if inputs:
-        name = _segment_name(first, last, epoch)
-        drop = [s for s in drop if not s.key.endswith("/" + name)]
-    return _MergePlan(inputs, first, last, drop)
-
-
-def _segment_name(first: int, last: int, epoch: int) -> str:
-    return f"{first:012d}-{last:012d}-{epoch:010d}.jsonl"
-
-
 def _transient(error: BaseException) -> bool:
     """Whether a failed request may succeed when sent again."""
     if isinstance(error, S3Error):
@@ -1135,17 +973,6 @@ def _transient(error: BaseException) -> bool:
     if isinstance(error, InvalidResponseError):
         return int(getattr(error, "_code", 0) or 0) >= 500
     return isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
-
-
-def _exists(state_id: str, store: Store) -> str:
-    return (
-        f"a State with id {state_id!r} already exists in {store!r}: continue it with "
-        f"store.load({state_id!r}), or pick another id"
-    )
-
-
-def _unknown(state_id: str, store: Store) -> str:
-    return f"no saved State with id {state_id!r} in {store!r}"
 
 
 def _fenced(state_id: str, store: Store) -> str:

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
-from .file_store import FileStore
-from .store import Store
+from .base import Store
+from .file import FileStore
 
 if TYPE_CHECKING:
-    from .minio_store import MinioStore
+    from .s3 import MinioStore
 
 __all__ = ["open_store", "redact"]
 
@@ -83,7 +83,7 @@ def redact(url: str) -> str:
 
 
 def _s3_store(url: str, env: Mapping[str, str]) -> MinioStore:
-    from .minio_store import MinioStore  # needs the optional `minio` dependency
+    from .s3 import MinioStore  # needs the optional `minio` dependency
 
     parts = urlsplit(url)
     if "@" in parts.netloc:

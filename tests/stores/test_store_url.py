@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from alpineagents import FileStore, Message, State
-from alpineagents.minio_store import MinioStore
-from alpineagents.store_url import open_store, redact
+from alpineagents.store.s3 import MinioStore
+from alpineagents.store.url import open_store, redact
 from tests.bench.stores import S3Place
 
 KEYS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}

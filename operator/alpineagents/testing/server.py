@@ -3,7 +3,8 @@
 The server speaks enough of the Messages API (``POST /v1/messages``, streaming and not,
 and ``POST /v1/messages/count_tokens``) for the unmodified ``anthropic`` client to talk
 to it: point the client at :attr:`ModelServer.url` (``base_url=`` or
-``ANTHROPIC_BASE_URL``). Each model request consumes the next turn of a *script*::
+``ANTHROPIC_BASE_URL``). Each model request consumes the next turn of a *script*
+(:mod:`.script`)::
 
     with ModelServer([reply("I'll look", tool_use("read", {"path": "a.txt"})),
                       error(529),
@@ -11,13 +12,8 @@ to it: point the client at :attr:`ModelServer.url` (``base_url=`` or
         client = anthropic.Anthropic(base_url=server.url, api_key="test")
         ...
 
-A turn is a :class:`Reply` (text and tool_use blocks), a :class:`Failure` (an API error),
-a :class:`Drop` (the connection closes mid-answer) or a :class:`Hold` (the answer waits
-until :meth:`ModelServer.release`). Build them with :func:`reply`, :func:`tool_use`,
-:func:`error`, :func:`drop` and :func:`hold`; a bare ``str`` or :class:`ToolUse` is a
-turn too. When the script runs out the server answers 500 ``api_error`` ("script
-exhausted"), unless ``echo=True``, in which case a small rule-based model answers (see
-:func:`echo_reply`).
+When the script runs out the server answers 500 ``api_error`` ("script exhausted"),
+unless ``echo=True``, in which case the echo model answers (:mod:`.echo`).
 """
 
 from __future__ import annotations
@@ -27,390 +23,31 @@ import http.server
 import json
 import logging
 import math
-import re
 import select
 import socket
 import threading
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self, TypeAlias
+from typing import Any, Self
 from urllib.parse import urlsplit
 
-__all__ = [
-    "Drop",
-    "Failure",
-    "Hold",
-    "ModelServer",
-    "RecordedRequest",
-    "Reply",
-    "StopReason",
-    "ToolUse",
-    "Turn",
-    "drop",
-    "echo_reply",
-    "error",
-    "hold",
-    "load_script",
-    "parse_script",
-    "reply",
-    "tool_use",
-]
+from .echo import echo_reply
+from .script import Drop, Failure, Hold, Reply, Turn, as_answer
+
+__all__ = ["ModelServer", "RecordedRequest"]
 
 _log = logging.getLogger("alpineagents.testing")
 
-StopReason: TypeAlias = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
-
-_ERROR_TYPES: dict[int, str] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-_DEFAULT_ERROR_MESSAGES: dict[int, str] = {
-    429: "Number of request tokens has exceeded your rate limit (scripted).",
-    500: "Internal server error (scripted).",
-    529: "Overloaded (scripted).",
-}
 # The SDK treats a zero retry hint as "no hint" and falls back to its own backoff
 # (about a second); 1 ms keeps "retry at once" fast while still being a hint.
 _MIN_RETRY_AFTER_MS = 1
-_ECHO_LIMIT = 1000
 # How often a held answer looks at whether its client went away or the server stops.
 _HOLD_CHECK_SECONDS = 0.05
 # How often serve_forever looks for shutdown(); stop() waits up to this long.
 _SHUTDOWN_POLL_SECONDS = 0.05
-
-
-@dataclass(frozen=True)
-class ToolUse:
-    """A ``tool_use`` content block the scripted model emits.
-
-    ``id`` is generated (``toolu_...``, unique) when not given.
-    """
-
-    name: str
-    input: Mapping[str, Any] = field(default_factory=dict)
-    id: str | None = None
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A successful answer: text and tool_use blocks, in order.
-
-    ``stop_reason`` defaults to ``"tool_use"`` when the content has a tool_use block,
-    else ``"end_turn"``. ``delay`` seconds pass before the first response byte.
-    """
-
-    content: tuple[str | ToolUse, ...] = ()
-    stop_reason: StopReason | None = None
-    delay: float = 0.0
-
-    @property
-    def resolved_stop_reason(self) -> StopReason:
-        if self.stop_reason is not None:
-            return self.stop_reason
-        return "tool_use" if any(isinstance(b, ToolUse) for b in self.content) else "end_turn"
-
-
-@dataclass(frozen=True)
-class Failure:
-    """An API error answer in the API's JSON shape, with HTTP ``status``.
-
-    ``retry_after`` (seconds) is sent as ``retry-after`` / ``retry-after-ms``. With
-    ``in_stream=True`` a streaming request gets ``200``, ``message_start`` and then an
-    ``error`` event, as the real API does when it overloads mid-answer (the SDK raises
-    a plain ``APIStatusError`` then); non-streaming requests always get the status.
-    """
-
-    status: int
-    message: str
-    retry_after: float | None = None
-    in_stream: bool = False
-    delay: float = 0.0
-
-    @property
-    def error_type(self) -> str:
-        known = _ERROR_TYPES.get(self.status)
-        if known is not None:
-            return known
-        return "api_error" if self.status >= 500 else "invalid_request_error"
-
-
-@dataclass(frozen=True)
-class Drop:
-    """The connection closes: before any byte (non-streaming), or after
-    ``message_start`` (streaming), so the client sees a broken response."""
-
-    delay: float = 0.0
-
-
-@dataclass(frozen=True)
-class Hold:
-    """The answer waits until :meth:`ModelServer.release` and then is ``then``.
-
-    If the client goes away or the server stops first, the connection just closes.
-    The held request is recorded (and counts for :meth:`ModelServer.wait_for_requests`)
-    as soon as it arrives, so a test can act "while the model is being asked".
-    """
-
-    then: Reply | Failure | Drop
-
-
-Turn: TypeAlias = Reply | ToolUse | str | Failure | Drop | Hold
-"""One scripted answer. A ``str`` is a text reply, a :class:`ToolUse` a one-call reply."""
-
-
-def reply(
-    *content: str | ToolUse, stop_reason: StopReason | None = None, delay: float = 0.0
-) -> Reply:
-    """A reply with the given text and tool_use blocks, in order.
-
-    ``reply("Hi")``; ``reply("I'll check", tool_use("ls", {"path": "."}), tool_use("pwd"))``.
-    """
-    return Reply(content=tuple(content), stop_reason=stop_reason, delay=delay)
-
-
-def tool_use(
-    name: str, input: Mapping[str, Any] | None = None, *, id: str | None = None
-) -> ToolUse:
-    """A tool_use block; alone it is a turn, or pass several to :func:`reply`."""
-    return ToolUse(name=name, input=dict(input or {}), id=id)
-
-
-def error(
-    status: int,
-    message: str | None = None,
-    *,
-    retry_after: float | None = None,
-    in_stream: bool = False,
-    delay: float = 0.0,
-) -> Failure:
-    """An API error: ``error(529)`` overloaded, ``error(429)`` rate limit, ``error(500)``.
-
-    A 429 without ``retry_after`` says "retry at once". See :class:`Failure`.
-    """
-    if retry_after is None and status == 429:
-        retry_after = 0.0
-    text = message or _DEFAULT_ERROR_MESSAGES.get(status, f"Scripted error {status}.")
-    return Failure(
-        status=status, message=text, retry_after=retry_after, in_stream=in_stream, delay=delay
-    )
-
-
-def drop(*, delay: float = 0.0) -> Drop:
-    """Close the connection mid-answer (see :class:`Drop`)."""
-    return Drop(delay=delay)
-
-
-def hold(then: Turn | None = None) -> Hold:
-    """Block the answer until :meth:`ModelServer.release`; then answer ``then``
-    (default: the text reply ``"Released."``)."""
-    resolved = _as_answer(then if then is not None else "Released.")
-    if isinstance(resolved, Hold):
-        raise ValueError("hold(then=...) cannot itself be a hold")
-    return Hold(then=resolved)
-
-
-def _as_answer(turn: Turn) -> Reply | Failure | Drop | Hold:
-    if isinstance(turn, str):
-        return Reply(content=(turn,))
-    if isinstance(turn, ToolUse):
-        return Reply(content=(turn,))
-    if isinstance(turn, Reply | Failure | Drop | Hold):
-        return turn
-    raise TypeError(f"not a script turn: {turn!r}")
-
-
-# --- scripts from files ------------------------------------------------------------
-
-
-def parse_script(data: object) -> tuple[list[Turn], bool]:
-    """Turns (and the echo flag) from decoded JSON/YAML.
-
-    ``data`` is a list of turns, or ``{"echo": bool, "turns": [...]}``. A turn is one of::
-
-        "plain text"                                  a text reply
-        {"reply": "text"}                             a text reply
-        {"text": "I'll check", "tool_uses": [{"name": "ls", "input": {}, "id": "t1"}],
-         "stop_reason": "tool_use", "delay": 0.5}     text and/or tool calls
-        {"tool_use": {"name": "ls", "input": {}}}     one tool call
-        {"error": 529, "message": "...", "retry_after": 0, "in_stream": false}
-        {"drop": true}
-        {"hold": true, "then": <turn>}                held until SIGUSR1 / release()
-
-    Raises ``ValueError`` on anything else.
-    """
-    echo = False
-    raw_turns: object = data
-    if isinstance(data, dict):
-        unknown = set(data) - {"echo", "turns"}
-        if unknown:
-            raise ValueError(f"unknown script keys: {sorted(unknown)}")
-        echo = bool(data.get("echo", False))
-        raw_turns = data.get("turns", [])
-    if not isinstance(raw_turns, list):
-        raise ValueError("a script is a list of turns or {'echo': ..., 'turns': [...]}")
-    return [_parse_turn(item, index) for index, item in enumerate(raw_turns)], echo
-
-
-def load_script(path: str | Path) -> tuple[list[Turn], bool]:
-    """Read a script file (JSON; YAML when it ends in .yaml/.yml). See :func:`parse_script`."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError as exc:  # pyyaml is a dependency, but stay usable without it
-            raise ValueError(f"{path}: reading YAML scripts needs pyyaml") from exc
-        return parse_script(yaml.safe_load(text))
-    return parse_script(json.loads(text))
-
-
-def _parse_turn(item: object, index: int) -> Turn:
-    where = f"script turn {index}"
-    if isinstance(item, str):
-        return item
-    if not isinstance(item, dict):
-        raise ValueError(f"{where}: expected a string or an object, got {item!r}")
-    delay = float(item.get("delay", 0.0))
-    if "hold" in item:
-        then = item.get("then")
-        return hold(None if then is None else _parse_turn(then, index))
-    if "drop" in item:
-        return Drop(delay=delay)
-    if "error" in item:
-        retry_after = item.get("retry_after")
-        return error(
-            int(item["error"]),
-            item.get("message"),
-            retry_after=None if retry_after is None else float(retry_after),
-            in_stream=bool(item.get("in_stream", False)),
-            delay=delay,
-        )
-    blocks: list[str | ToolUse] = []
-    text = item.get("reply", item.get("text"))
-    if text is not None:
-        blocks.append(str(text))
-    calls = item.get("tool_uses", [])
-    if "tool_use" in item:
-        calls = [item["tool_use"], *calls]
-    if not isinstance(calls, list):
-        raise ValueError(f"{where}: tool_uses must be a list")
-    for call in calls:
-        if not isinstance(call, dict) or "name" not in call:
-            raise ValueError(f"{where}: a tool use needs a name, got {call!r}")
-        call_input = call.get("input", {})
-        if not isinstance(call_input, dict):
-            raise ValueError(f"{where}: tool input must be an object, got {call_input!r}")
-        blocks.append(tool_use(str(call["name"]), call_input, id=call.get("id")))
-    if not blocks:
-        raise ValueError(f"{where}: no reply, text, tool_use, error, drop or hold in {item!r}")
-    stop_reason = item.get("stop_reason")
-    if stop_reason not in (None, "end_turn", "max_tokens", "stop_sequence", "tool_use"):
-        raise ValueError(f"{where}: unknown stop_reason {stop_reason!r}")
-    return Reply(content=tuple(blocks), stop_reason=stop_reason, delay=delay)
-
-
-# --- the echo model ----------------------------------------------------------------
-
-_USE_LINE = re.compile(r"^\s*use\s+(?P<name>[A-Za-z0-9_.-]+)\s*(?P<input>\{.*\})?\s*$")
-
-
-def echo_reply(request: Mapping[str, Any]) -> Reply:
-    """The rule-based answer of echo mode, for demos without a model.
-
-    Rules, looking at the last user message of ``request`` (a Messages API body):
-
-    1. If it carries ``tool_result`` blocks, the answer is text with one line per
-       result: ``"<tool> returned: <result text>"`` (``"<tool> failed: ..."`` for
-       ``is_error``), and the turn ends.
-    2. Else, every line of its text of the form ``use TOOL`` or ``use TOOL {json object}``
-       naming a tool the request offers becomes a tool_use block (input ``{}`` when no
-       JSON is given), after the text ``"Using TOOL."``.
-    3. Else the answer is ``"Echo: <its text>"`` (cut at 1000 characters). Summary
-       requests (compaction) get this too.
-    """
-    messages = request.get("messages") or []
-    last_user: Mapping[str, Any] | None = next(
-        (m for m in reversed(messages) if isinstance(m, Mapping) and m.get("role") == "user"),
-        None,
-    )
-    blocks = _blocks(last_user.get("content") if last_user is not None else None)
-
-    results = [b for b in blocks if b.get("type") == "tool_result"]
-    if results:
-        names = _tool_names_by_id(messages)
-        lines = []
-        for result in results:
-            name = names.get(str(result.get("tool_use_id")), "tool")
-            verb = "failed" if result.get("is_error") else "returned"
-            lines.append(f"{name} {verb}: {_text_of(result.get('content'))}")
-        return Reply(content=("\n".join(lines),))
-
-    text = "\n".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
-    offered = {
-        str(t.get("name"))
-        for t in request.get("tools") or []
-        if isinstance(t, Mapping) and t.get("name")
-    }
-    calls: list[ToolUse] = []
-    for line in text.splitlines():
-        match = _USE_LINE.match(line)
-        if match is None or match["name"] not in offered:
-            continue
-        raw_input = match["input"]
-        try:
-            call_input = json.loads(raw_input) if raw_input else {}
-        except json.JSONDecodeError:
-            continue
-        if isinstance(call_input, dict):
-            calls.append(tool_use(match["name"], call_input))
-    if calls:
-        names_text = ", ".join(dict.fromkeys(c.name for c in calls))
-        return Reply(content=(f"Using {names_text}.", *calls))
-
-    echoed = text.strip() or "(no text)"
-    if len(echoed) > _ECHO_LIMIT:
-        echoed = echoed[:_ECHO_LIMIT] + "…"
-    return Reply(content=(f"Echo: {echoed}",))
-
-
-def _blocks(content: object) -> list[Mapping[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    if isinstance(content, list):
-        return [b for b in content if isinstance(b, Mapping)]
-    return []
-
-
-def _text_of(content: object) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(str(b.get("text", "")) for b in _blocks(content) if b.get("type") == "text")
-
-
-def _tool_names_by_id(messages: Iterable[Any]) -> dict[str, str]:
-    names: dict[str, str] = {}
-    for message in messages:
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
-            for block in _blocks(message.get("content")):
-                if block.get("type") == "tool_use":
-                    names[str(block.get("id"))] = str(block.get("name"))
-    return names
-
-
-# --- the server --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -521,7 +158,7 @@ class ModelServer:
 
     def add(self, *turns: Turn) -> None:
         """Append turns to the script (also while serving)."""
-        answers = [_as_answer(t) for t in turns]
+        answers = [as_answer(t) for t in turns]
         with self._lock:
             self._script.extend(answers)
             self._scripted += len(answers)
@@ -689,7 +326,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send_error(400, "invalid_request_error", problem)
             return
         number, turn, released = model._take_turn(recorded)
-        answer = _as_answer(turn) if turn is not None else None
+        answer = as_answer(turn) if turn is not None else None
         if isinstance(answer, Hold):
             assert released is not None
             _log.info("model request #%d: held", number)

@@ -341,9 +341,9 @@ def test_a_termination_message_with_many_large_approvals_fits_in_4096_bytes() ->
         }
         for i in range(40)
     ]
-    state._add("model_reply", "calls", {"message": Message.assistant(calls).to_dict()})
+    state.add("model_reply", "calls", {"message": Message.assistant(calls).to_dict()})
     for block in calls:
-        state._add(
+        state.add(
             "approval_request", "asks", {"call_id": block["id"], "name": "shell", "input": {}}
         )
     message = termination_message(

@@ -1,6 +1,6 @@
 """What the operator reads from (and does to) a run's saved State.
 
-The operator opens the same store the pods write to (``alpineagents.store_url.open_store``
+The operator opens the same store the pods write to (``alpineagents.open_store``
 with the operator's own credentials) for three things: to learn where a lost run
 stopped before replacing its pod (:func:`read_saved`), to fence the lost pod's writes
 before its successor starts (:func:`claim`), and to delete the State when an AgentRun
@@ -14,21 +14,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from alpineagents import Record, Store
+from alpineagents import Record, State, Store
 
 from .views import PendingApproval, SavedView
 
 _log = logging.getLogger(__name__)
-
-
-class _Snapshot(Store):
-    """A store holding one record already read, so it is replayed without a second read."""
-
-    def __init__(self, record: Record) -> None:
-        self._record = record
-
-    def read(self, state_id: str) -> Record | None:
-        return self._record
 
 
 def saved_view(state_id: str, record: Record | None) -> SavedView:
@@ -39,11 +29,11 @@ def saved_view(state_id: str, record: Record | None) -> SavedView:
     """
     if record is None:
         return SavedView(exists=False)
-    saved_count = len({int(entry["seq"]) for entry in record.entries})
     try:
-        state = _Snapshot(record).load(state_id)
+        state = State.from_record(state_id, record)
     except (ValueError, LookupError) as error:
         return SavedView(exists=True, error=str(error))
+    saved_count = state.loaded_entries
     # Every call that ended "aborted": closed by the pod that was stopped (SIGTERM) or,
     # for a pod killed outright, by this load (those entries are past ``saved_count``).
     aborted = tuple(
@@ -96,11 +86,3 @@ def claim(store: Store, state_id: str) -> bool:
 def delete_state(store: Store, state_id: str) -> None:
     """Delete one saved State (its entries and info); an unknown id does nothing."""
     store.delete(state_id)
-
-
-def open_store(url: str) -> Store:
-    """Open the store at ``url`` with the operator's credentials (its environment)."""
-    from alpineagents.store_url import open_store as open_url
-
-    store: Store = open_url(url)
-    return store

@@ -64,6 +64,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from alpineagents.pod_contract import ExitCode
+
 from .views import (
     JSON,
     TERMINAL_PHASES,
@@ -80,14 +82,6 @@ ANSWER_LIMIT = 1000
 """Characters of the answer kept in ``status.answer`` (the full answer is in the store)."""
 STUCK_TERMINATING_SLACK = timedelta(seconds=30)
 """How long past its deletion deadline a pod may stay before its node counts as lost."""
-
-_EXIT_ANSWERED = 0
-_EXIT_NOT_RETRYABLE = 65
-_EXIT_RETRYABLE = 75
-_EXIT_WAITING = 76
-_EXIT_MAX_TURNS = 77
-_EXIT_SIGKILL = 137
-_EXIT_SIGTERM = 143
 
 # Waiting reasons that mean "this will not start by itself soon": shown in status.
 _WAITING_ERRORS = frozenset(
@@ -601,7 +595,7 @@ class _Step:
             {
                 **facts,
                 "phase": Phase.WAITING_FOR_APPROVAL,
-                "pendingApprovals": [p.to_status() for p in pending],
+                "pendingApprovals": [p.to_json() for p in pending],
                 "nextAttemptAt": None,
                 "reason": "ApprovalRequired",
                 "message": message,
@@ -718,15 +712,15 @@ def _outcome(pod: PodView) -> _Outcome:
     if exit_info is not None:
         code, report = exit_info.code, exit_info.report
         error = (report.error if report else None) or _tail(exit_info.message)
-        if code == _EXIT_ANSWERED and pod.reason != "Evicted":
+        if code == ExitCode.ANSWERED and pod.reason != "Evicted":
             return _Outcome("answered", "Answered", "")
-        if code == _EXIT_NOT_RETRYABLE:
+        if code == ExitCode.NOT_RETRYABLE:
             return _Outcome(
                 "not_retryable", "NotRetryable", error or "the runner refused the run (exit 65)"
             )
-        if code == _EXIT_WAITING:
+        if code == ExitCode.WAITING_FOR_APPROVAL:
             return _Outcome("waiting", "ApprovalRequired", "")
-        if code == _EXIT_MAX_TURNS:
+        if code == ExitCode.MAX_TURNS:
             return _Outcome(
                 "max_turns",
                 "MaxTurns",
@@ -748,12 +742,12 @@ def _outcome(pod: PodView) -> _Outcome:
             "lost", "PodFailed", f"pod {name} failed: {pod.message or pod.reason or 'unknown'}"
         )
     code, report = exit_info.code, exit_info.report
-    if code == _EXIT_SIGTERM:
+    if code == ExitCode.SIGTERM:
         return _Outcome("lost", "Terminated", f"pod {name} was stopped (SIGTERM, exit 143)")
-    if code == _EXIT_RETRYABLE:
+    if code == ExitCode.RETRYABLE:
         error = (report.error if report else None) or _tail(exit_info.message) or "no message"
         return _Outcome("lost", "RetryableError", f"pod {name} hit a retryable error: {error}")
-    if code == _EXIT_SIGKILL:
+    if code == ExitCode.KILLED:
         return _Outcome("lost", "Killed", f"pod {name} was killed (SIGKILL, exit 137)")
     error = (report.error if report else None) or _tail(exit_info.message) or "no message"
     return _Outcome("lost", "Error", f"pod {name} exited {code}: {error}")

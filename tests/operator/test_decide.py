@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from alpineagents_operator.reconcile import Decision, conditions_for, decide
+from alpineagents_operator.decide import Decision, conditions_for, decide
 from alpineagents_operator.views import (
     AgentRunView,
     PendingApproval,
@@ -485,7 +485,7 @@ def test_state_ids_differ_between_agentruns_of_the_same_name() -> None:
 
 
 def test_an_invalid_pod_fails_the_run_with_the_servers_words() -> None:
-    from alpineagents_operator.reconcile import pod_refused
+    from alpineagents_operator.decide import pod_refused
 
     message = 'Pod "triage-1" is invalid: spec.containers[0].resources.limits[memory]: Invalid value: "lots"'
     decision = pod_refused(run(), 1, 422, message, NOW)
@@ -496,7 +496,7 @@ def test_an_invalid_pod_fails_the_run_with_the_servers_words() -> None:
 
 
 def test_a_forbidden_pod_keeps_the_phase_and_is_tried_again() -> None:
-    from alpineagents_operator.reconcile import pod_refused
+    from alpineagents_operator.decide import pod_refused
 
     interrupted = run("Interrupted", attempt=1, nextAttemptAt=EARLIER, restarts=1)
     decision = pod_refused(interrupted, 2, 403, "exceeded quota: pods=10", NOW)

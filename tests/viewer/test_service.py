@@ -24,7 +24,7 @@ from alpineagents.viewer import RunViewer, Timeline, ViewerError
 from alpineagents.viewer.cluster import Answer, ClusterRun, approvals_patch
 from alpineagents.viewer.service import run_listings
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def rows_of(store: FileStore, state_id: str) -> list[dict[str, Any]]:

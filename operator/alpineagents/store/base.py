@@ -12,18 +12,15 @@ import builtins
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
+from urllib.parse import quote
 
-from .state import READABLE_FORMATS, State
+from ..errors import StateExistsError, StateNotFoundError
+from ..state import Record, State
+
+__all__ = ["Record", "StateInfo", "Store", "check_owner", "encode_id"]
 
 T = TypeVar("T")
-
-
-class Record(NamedTuple):
-    """What a store gives back for one State: its entries (as dicts) and its info."""
-
-    entries: builtins.list[dict[str, Any]]
-    info: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -54,32 +51,6 @@ class StateInfo:
         )
 
 
-def check_format(state_id: str, info: dict[str, Any]) -> None:
-    """Refuse a State saved in a format this version cannot read (the one place that knows)."""
-    version = info.get("v")
-    if version not in READABLE_FORMATS:
-        readable = " and ".join(str(v) for v in READABLE_FORMATS)
-        raise ValueError(
-            f"State {state_id!r} was saved in format {version!r}; this alpineagents reads "
-            f"formats {readable} only, and there is no converter"
-        )
-
-
-def _ordered(state_id: str, entries: builtins.list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # Stores may hand back entries sent twice or out of order; seq decides.
-    by_seq: dict[int, dict[str, Any]] = {}
-    for entry in entries:
-        by_seq.setdefault(int(entry["seq"]), entry)
-    ordered = [by_seq[seq] for seq in sorted(by_seq)]
-    for index, entry in enumerate(ordered):
-        if int(entry["seq"]) != index:
-            raise ValueError(
-                f"State {state_id!r} is damaged: its history has no entry {index} "
-                f"(the store holds seqs {sorted(by_seq)[:5]}...)"
-            )
-    return ordered
-
-
 class Store:
     """Base class of stores. Subclass it and implement ``write`` and ``read``.
 
@@ -100,8 +71,9 @@ class Store:
         """Save new entries and the info of a State. Skip entries whose seq you have.
 
         ``create=True`` is the first write of a new State: refuse an id you already have
-        with ``ValueError``, and write all of it or nothing. Without ``create``, an id you
-        do not have raises ``LookupError``.
+        with ``ValueError`` (``StateExistsError`` is one), and write all of it or nothing.
+        Without ``create``, an id you do not have raises ``LookupError``
+        (``StateNotFoundError`` is one).
         """
         self._sync_missing("write")
 
@@ -160,7 +132,10 @@ class Store:
         """Read a saved State and replay its history.
 
         If it was saved in the middle of a turn, the turn is closed with entries of
-        its own (written by the next save). Raises ``LookupError`` for an unknown id.
+        its own (written by the next save): :meth:`State.from_record` does the whole load.
+        Raises :class:`~alpineagents.errors.StateNotFoundError` (a ``LookupError``) for an
+        unknown id, :class:`~alpineagents.errors.StateFormatError` (a ``ValueError``) for
+        a format this version cannot read.
         """
         return self._loaded(state_id, self.read(state_id))
 
@@ -191,39 +166,25 @@ class Store:
     # ------------------------------------------------------------ internals
     def _loaded(self, state_id: str, record: Record | None) -> State:
         if record is None:
-            raise LookupError(f"no saved State with id {state_id!r} in {self!r}")
-        entries, info = record
-        check_format(state_id, info)
-        state = State._from_record(state_id, _ordered(state_id, list(entries)), dict(info))
-        state._store, state._saved, state._saved_info = self, len(state.history), dict(info)
-        state._close_open_turn(None)
+            raise not_found_error(state_id, self)
+        state = State.from_record(state_id, record)
+        state.save_cursor = _SaveCursor(self, state.loaded_entries, dict(record.info))
         return state
 
     def _plan(
         self, state: State
     ) -> tuple[builtins.list[dict[str, Any]], dict[str, Any], bool] | None:
-        self._claim(state)
-        with state._lock:
-            entries = [entry.to_dict() for entry in state.history[state._saved :]]
-            info = state._info()
-        if not entries and _same_info(info, state._saved_info):
+        check_owner(self, state)
+        cursor = _cursor_of(state)
+        entries, info = state.to_record(since=cursor.entries if cursor is not None else 0)
+        if not entries and cursor is not None and _same_info(info, cursor.info):
             return None
-        return entries, info, state._store is None
+        return entries, info, cursor is None
 
     def _saved(self, state: State, count: int, info: dict[str, Any]) -> None:
-        with state._lock:
-            state._store = self
-            state._saved += count
-            state._saved_info = info
-
-    def _claim(self, state: State) -> None:
-        owner = state._store
-        if owner is not None and not (owner is self or owner.same_as(self)):
-            raise ValueError(
-                f"State {state.id!r} is saved in {owner!r}, not in {self!r}: a State is saved "
-                f"in one store. Load it from this store, or run it with an Agent whose store "
-                f"is the one it was saved in."
-            )
+        cursor = _cursor_of(state)
+        before = cursor.entries if cursor is not None else 0
+        state.save_cursor = _SaveCursor(self, before + count, info)
 
     def _sync_missing(self, method: str) -> Any:
         if _overrides(self, f"a{method}"):
@@ -240,6 +201,66 @@ class Store:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def check_owner(store: Store | None, state: State) -> None:
+    """Refuse to save ``state`` with ``store`` (``None``: without a store) when another
+    store saved or loaded it: a State is saved in one store."""
+    cursor = _cursor_of(state)
+    if cursor is None:
+        return
+    owner = cursor.store
+    if store is None:
+        raise ValueError(f"State {state.id!r} is saved in {owner!r}; this Agent has no store")
+    if not (owner is store or owner.same_as(store)):
+        raise ValueError(
+            f"State {state.id!r} is saved in {owner!r}, not in {store!r}: a State is saved "
+            f"in one store. Load it from this store, or run it with an Agent whose store "
+            f"is the one it was saved in."
+        )
+
+
+def encode_id(state_id: str) -> str:
+    """A file or key name for ``state_id`` that cannot escape its folder (no ``/``,
+    ``..`` or NUL): percent-encoding, with dots encoded too."""
+    if not state_id:
+        raise ValueError("a State id must not be empty")
+    name = quote(state_id, safe="-_").replace(".", "%2E")
+    if len(name.encode()) > 255:
+        raise ValueError(
+            f"State id {state_id[:40]!r}... is too long for a FileStore (255 bytes encoded)"
+        )
+    return name
+
+
+def exists_error(state_id: str, store: Store) -> StateExistsError:
+    """The error of a ``create=True`` write whose id a saved State already has."""
+    return StateExistsError(
+        f"a State with id {state_id!r} already exists in {store!r}: continue it with "
+        f"store.load({state_id!r}), or pick another id"
+    )
+
+
+def not_found_error(state_id: str, store: Store) -> StateNotFoundError:
+    """The error of a load, or a write without ``create``, of an id the store lacks."""
+    return StateNotFoundError(f"no saved State with id {state_id!r} in {store!r}")
+
+
+@dataclass(frozen=True)
+class _SaveCursor:
+    """The store side's bookkeeping on a State (``State.save_cursor``): which store has
+    it, how many of its entries, and the info saved last (to skip unchanged saves)."""
+
+    store: Store
+    entries: int
+    info: dict[str, Any]
+
+
+def _cursor_of(state: State) -> _SaveCursor | None:
+    cursor = state.save_cursor
+    if cursor is not None and not isinstance(cursor, _SaveCursor):
+        raise TypeError(f"State {state.id!r} has a save cursor of {type(cursor).__name__}")
+    return cursor
 
 
 def _from_seq(record: Record | None, seq: int) -> Record | None:

@@ -19,7 +19,7 @@ import pytest
 from alpineagents import Agent, FileStore, Message, Permissions, State, Store, tool
 from alpineagents.store import Record
 from alpineagents.testing import ModelServer, error, hold, reply, tool_use
-from tests.contract_tools import NO_SPACE, Watched, fail_once, has_kind
+from tests.runtime.contract_tools import NO_SPACE, Watched, fail_once, has_kind
 
 MODEL = "claude-sonnet-5"
 

@@ -37,7 +37,7 @@ def test_each_save_appends_only_the_new_entries(tmp_path: Path) -> None:
     state.send("second")
     store.save(state)
     assert history.read_bytes().startswith(first)
-    store.write("report", [e.to_dict() for e in state.history], state._info())  # all sent again
+    store.write("report", [e.to_dict() for e in state.history], state.to_record().info)  # all sent again
     assert history.read_bytes().count(b"\n") == 2
 
 

@@ -18,14 +18,14 @@ import urllib3
 from minio import Minio
 
 from alpineagents import FileStore, Message, State
-from alpineagents.minio_store import (
+from alpineagents.store.s3 import (
     MinioStore,
     MissingBucketError,
     StateFencedError,
     StoreUnavailableError,
 )
+from alpineagents.testing.conformance import entry, info
 from tests.bench.stores import S3Place
-from tests.test_store_conformance import entry, info
 
 
 @dataclass
