@@ -2,7 +2,7 @@
 
 Fixtures:
 
-- ``browser`` (session): Debian's ``chromium`` (``/usr/bin/chromium``, or
+- ``browser`` (module): Debian's ``chromium`` (``/usr/bin/chromium``, or
   ``$ALPINEAGENTS_CHROMIUM``) driven by Playwright, with a fresh profile folder; no
   browser is ever downloaded. Missing chromium or playwright skips (fails in CI).
 - ``page``: a new page (1280x720) of that browser, closed at teardown.
@@ -46,9 +46,14 @@ def chromium_path() -> str | None:
     return path if os.access(path, os.X_OK) else shutil.which("chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """A Playwright browser context of Debian's chromium, with a fresh profile."""
+    """A Playwright browser context of Debian's chromium, with a fresh profile.
+
+    One a module, not a session: Playwright's sync API keeps an event loop running on
+    the test thread while it is open, and a later module's ``Agent.run`` or
+    ``asyncio.run`` would find it there and refuse to start.
+    """
     path = chromium_path()
     if path is None:
         missing("chromium", "apt-get install chromium (Debian's package; no browser is downloaded)")
