@@ -20,9 +20,10 @@ import pytest
 
 from alpineagents import Agent, FileStore, Message, Permissions, Record, State, StateInfo, tool
 from alpineagents.testing import ModelServer, reply, tool_use
-from alpineagents.viewer import RunViewer, Timeline, ViewerError
+from alpineagents.viewer import RunViewer, Timeline, ViewerError, service
 from alpineagents.viewer.cluster import Answer, ClusterRun, approvals_patch
 from alpineagents.viewer.service import run_listings
+from tests.bench.browser import write_long_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -198,11 +199,11 @@ async def test_following_a_run_reads_only_what_is_new(tmp_path: Path) -> None:
     viewer = RunViewer(store, fast_poll=0.01, slow_poll=0.01)
     updates = viewer.follow("live")
     first = await anext(updates)
-    assert first.reset and [r["text"] for r in first.rows] == ["first"]
+    assert first.reset and [r.text for r in first.rows] == ["first"]
     state.send("second")
     store.save(state)
     second = await asyncio.wait_for(anext(updates), 60)
-    assert [r["text"] for r in second.rows] == ["second"]
+    assert [r.text for r in second.rows] == ["second"]
     assert second.summary["entries"] == 2
     store.delete("live")
     gone = await asyncio.wait_for(anext(updates), 60)
@@ -210,6 +211,51 @@ async def test_following_a_run_reads_only_what_is_new(tmp_path: Path) -> None:
     await updates.aclose()
     assert store.reads == 0  # never the whole history
     assert store.tails[0] == 0 and set(store.tails[1:]) <= {1, 2}
+
+
+async def test_a_long_run_opens_on_its_last_rows_and_gives_the_others_a_page_at_a_time(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path)
+    write_long_run(store, "long", 2_000)
+    record = store.read("long")
+    assert record is not None
+    whole = Timeline()
+    whole.add(record.entries)
+    count = len(whole.rows)
+    viewer = RunViewer(store)
+    updates = viewer.follow("long")
+    first = await anext(updates)
+    assert first.follow_id is not None
+    # The first message holds the rows the page opens on (its end), and what the head shows.
+    assert first.summary["entries"] == 2_000 and first.summary["rows"] == count
+    assert [row.order for row in first.rows] == list(range(count - len(first.rows), count))
+    assert service.FIRST_ROWS <= len(first.rows) < service.FIRST_ROWS + 3  # whole turns
+    assert first.rows[-1].kind == "stop" and first.summary["answer"].endswith("files checked.")
+    plot = first.summary["usage_over_time"]
+    assert len(plot) <= 240 and plot[0][1:] == (0, 0)
+    assert plot[-1][1:] == (
+        whole.summary.usage["input_tokens"],
+        whole.summary.usage["output_tokens"],
+    )
+    # Other rows come a page at a time, widened so no turn is cut.
+    page = viewer.page("long", first.follow_id, 701, 899)
+    columns, rows = page["columns"], page["rows"]
+    orders = [row[columns.index("order")] for row in rows]
+    assert orders == list(range(orders[0], orders[-1] + 1))
+    assert orders[0] <= 701 and orders[-1] >= 898 and page["total_rows"] == count
+    assert whole.rows[orders[0] - 1].turn != whole.rows[orders[0]].turn
+    assert whole.rows[orders[-1] + 1].turn != whole.rows[orders[-1]].turn
+    assert rows == [row.as_list() for row in whole.rows[orders[0] : orders[-1] + 1]]
+    with pytest.raises(ViewerError, match="reload") as other:
+        viewer.page("other", first.follow_id, 0, 10)
+    assert other.value.status == 404
+    with pytest.raises(ViewerError, match="rows") as too_many:
+        viewer.page("long", first.follow_id, 0, service.PAGE_LIMIT + 1)
+    assert too_many.value.status == 400
+    await updates.aclose()
+    with pytest.raises(ViewerError, match="reload"):  # a follow that ended keeps nothing
+        viewer.page("long", first.follow_id, 0, 10)
 
 
 async def test_entries_gives_whole_entries_and_unknown_ids_say_so(tmp_path: Path) -> None:

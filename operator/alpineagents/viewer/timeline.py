@@ -4,7 +4,10 @@
 a time, in the order they were saved, and returns the rows each batch created or changed.
 The page keeps rows by id and replaces a changed one, so following a live run costs only
 what is new: a tool call's row is made when the model asks for the call and changed when
-its result arrives.
+its result arrives. On the wire a row is a list in the order of :data:`ROW_COLUMNS`
+(:meth:`Row.as_list`, times as epoch milliseconds), and the page asks for rows a page
+at a time (:meth:`Timeline.page`) as they scroll into view, so opening a run of 10,000
+entries sends a screenful, not the history.
 
 Rows, in history order:
 
@@ -24,9 +27,10 @@ Rows, in history order:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from json.encoder import encode_basestring
 from typing import Any, Literal
 
 from alpineagents import Message
@@ -34,6 +38,24 @@ from alpineagents.state import MODEL_STOPPED, UNKNOWN_RESULT
 
 RowKind = Literal["message", "model", "call", "sent", "compaction", "stop", "attempt", "note"]
 TEXT_LIMIT = 300  # characters of a row's one-line text; the whole entry opens on demand
+PLOT_POINTS = 240  # points of the token plot sent to the page, however long the run
+ROW_COLUMNS = (
+    "order",
+    "id",
+    "kind",
+    "seqs",
+    "title",
+    "text",
+    "status",
+    "start",
+    "end",
+    "turn",
+    "attempt",
+    "tokens",
+    "call_id",
+    "lost",
+)
+"""The fields of a row on the wire, in the order of :meth:`Row.as_list`."""
 
 JSON = dict[str, Any]
 
@@ -58,7 +80,28 @@ class Row:
     lost: bool = False
     """Ended with a lost process: ``end`` is when the next one closed it, an upper bound."""
 
+    def as_list(self) -> list[Any]:
+        """The row as the page gets it: its fields in :data:`ROW_COLUMNS` order, ``start``
+        and ``end`` as epoch milliseconds, ``tokens`` as ``[input, output]``."""
+        return [
+            self.order,
+            self.id,
+            self.kind,
+            self.seqs,
+            self.title,
+            self.text,
+            self.status,
+            _millis(self.start),
+            _millis(self.end),
+            self.turn,
+            self.attempt,
+            [self.tokens["input_tokens"], self.tokens["output_tokens"]] if self.tokens else None,
+            self.call_id,
+            self.lost,
+        ]
+
     def to_json(self) -> JSON:
+        """The row as a dict (for programs; the page gets :meth:`as_list`)."""
         return {
             "id": self.id,
             "kind": self.kind,
@@ -110,6 +153,11 @@ class Summary:
     answer: str | None = None
     awaiting: list[AwaitingCall] = field(default_factory=list)
     updated_at: str | None = None
+    rows: int = 0
+    """How many rows the timeline has (the page asks for the ones it shows)."""
+    usage_over_time: list[tuple[int, int, int]] = field(default_factory=list)
+    """``(epoch ms, input tokens so far, output tokens so far)``: at the first model
+    request, then at each reply."""
 
     def to_json(self) -> JSON:
         return {
@@ -122,6 +170,8 @@ class Summary:
             "answer": self.answer,
             "awaiting": [call.to_json() for call in self.awaiting],
             "updated_at": self.updated_at,
+            "rows": self.rows,
+            "usage_over_time": _thinned(self.usage_over_time, PLOT_POINTS),
         }
 
 
@@ -170,7 +220,28 @@ class Timeline:
             self.next_seq = seq + 1
             self.summary.entries = self.next_seq
             self.summary.updated_at = self._last_time
+        self.summary.rows = len(self.rows)
         return sorted(changed.values(), key=lambda row: row.order)
+
+    def page(self, start: int, end: int) -> list[Row]:
+        """Rows ``start`` to ``end`` (positions, end excluded), widened to whole turns.
+
+        A turn's bars are drawn in the window of all its rows, so a page never holds only
+        part of a turn.
+        """
+        rows = self.rows
+        start, end = max(0, start), min(len(rows), end)
+        if start >= end:
+            return []
+        while (
+            start > 0 and rows[start].turn is not None and rows[start - 1].turn == rows[start].turn
+        ):
+            start -= 1
+        while (
+            end < len(rows) and rows[end].turn is not None and rows[end].turn == rows[end - 1].turn
+        ):
+            end += 1
+        return rows[start:end]
 
     # ------------------------------------------------------------------ one entry
     def _apply(self, seq: int, raw: Mapping[str, Any]) -> list[Row]:
@@ -254,6 +325,8 @@ class Timeline:
             sent.status, sent.end = "joined", time
             return [sent]
         if kind == "model_request":
+            if not self.summary.usage_over_time:
+                self.summary.usage_over_time.append((_millis(time) or 0, 0, 0))
             model = str(data.get("model") or "model")
             self._model = self._row(
                 "model", f"m{seq}", seq, title=model, text=f"asking {model}", status="running"
@@ -315,8 +388,13 @@ class Timeline:
         calls = message.tool_uses if message else []
         usage = data.get("usage") or {}
         row.tokens = {key: int(usage.get(key, 0)) for key in ("input_tokens", "output_tokens")}
+        usage_so_far = self.summary.usage
         for key, value in row.tokens.items():
-            self.summary.usage[key] += value
+            usage_so_far[key] += value
+        if time:
+            self.summary.usage_over_time.append(
+                (_millis(time) or 0, usage_so_far["input_tokens"], usage_so_far["output_tokens"])
+            )
         self.summary.turns += 1
         reply_text = message.text if message else text
         row.title = str(data.get("model") or row.title)
@@ -329,7 +407,7 @@ class Timeline:
             for index, block in enumerate(calls):
                 call_id = str(block.get("id"))
                 call_input = block.get("input") or {}
-                shown = _one_line(json.dumps(call_input, ensure_ascii=False))
+                shown = _brief(call_input)
                 call = self._row(
                     "call",
                     f"c{seq}.{index}",
@@ -452,5 +530,73 @@ def _text_of(message: Message | None, fallback: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= TEXT_LIMIT else line[: TEXT_LIMIT - 1] + "…"
+    # Only the start of a long text can show: split no more of it than that.
+    line = " ".join(text[: TEXT_LIMIT * 4].split())
+    if len(line) <= TEXT_LIMIT and len(text) <= TEXT_LIMIT * 4:
+        return line
+    return line[: TEXT_LIMIT - 1] + "…"
+
+
+def _brief(value: Any) -> str:
+    """A tool call's input on one line, as compact JSON cut at :data:`TEXT_LIMIT`.
+
+    Written out only as far as it shows, so a call with a large input (a file's whole
+    text) costs no more than a small one; no ``json.dumps`` a call.
+    """
+    parts: list[str] = []
+    _write_brief(value, parts, [0])
+    return _one_line("".join(parts))
+
+
+def _write_brief(value: Any, parts: list[str], used: list[int]) -> None:
+    if used[0] > TEXT_LIMIT:
+        return
+    if isinstance(value, str):
+        piece = encode_basestring(value[: TEXT_LIMIT + 1])
+    elif isinstance(value, Mapping):
+        parts.append("{")
+        used[0] += 1
+        for index, (key, item) in enumerate(value.items()):
+            if used[0] > TEXT_LIMIT:
+                break
+            key_text = (", " if index else "") + encode_basestring(str(key)) + ": "
+            parts.append(key_text)
+            used[0] += len(key_text)
+            _write_brief(item, parts, used)
+        piece = "}"
+    elif isinstance(value, list | tuple):
+        parts.append("[")
+        used[0] += 1
+        for index, item in enumerate(value):
+            if used[0] > TEXT_LIMIT:
+                break
+            if index:
+                parts.append(", ")
+            _write_brief(item, parts, used)
+        piece = "]"
+    elif value is None or isinstance(value, bool):
+        piece = {None: "null", True: "true", False: "false"}[value]
+    else:
+        piece = str(value)
+    parts.append(piece)
+    used[0] += len(piece)
+
+
+def _millis(time: str | None) -> int | None:
+    """An entry's ISO time as epoch milliseconds (what the page computes with)."""
+    if not time:
+        return None
+    try:
+        moment = datetime.fromisoformat(time)
+    except ValueError:
+        return None
+    return round(moment.timestamp() * 1000)
+
+
+def _thinned(points: list[tuple[int, int, int]], most: int) -> list[tuple[int, int, int]]:
+    """At most ``most`` of ``points``, evenly spread, the last always kept."""
+    if len(points) <= most:
+        return list(points)
+    step = -(-len(points) // (most - 1))
+    kept = points[::step]
+    return kept if kept[-1] == points[-1] else [*kept, points[-1]]

@@ -3,6 +3,8 @@
 - ``GET /`` and ``GET /runs/{id}``: the page (one HTML file, plain JS and CSS).
 - ``GET /api/runs``: the runs list.
 - ``GET /api/runs/{id}/events``: Server-Sent Events of one run, a snapshot then what is new.
+- ``GET /api/runs/{id}/rows?follow=F&start=N&end=M``: rows of a followed run, as they
+  scroll into view.
 - ``GET /api/runs/{id}/entries?seq=N&seq=M``: whole entries, when a row is opened.
 - ``POST /api/runs/{id}/approvals``: ``{"answers": [{"call_id", "allow", "note"}]}``, only
   when turned on.
@@ -66,6 +68,18 @@ def create_app(viewer: RunViewer, *, allowed_hosts: Sequence[str] = ("*",)) -> S
             headers={**_NO_CACHE, "X-Accel-Buffering": "no"},
         )
 
+    async def rows(request: Request) -> Response:
+        query = request.query_params
+        try:
+            start, end = int(query.get("start", "")), int(query.get("end", ""))
+        except ValueError:
+            return JSONResponse({"error": "start and end must be whole numbers"}, 400)
+        try:
+            rows = viewer.page(request.path_params["state_id"], query.get("follow", ""), start, end)
+        except ViewerError as error:
+            return JSONResponse({"error": str(error)}, error.status)
+        return _compact(rows)
+
     async def entries(request: Request) -> Response:
         try:
             seqs = [int(value) for value in request.query_params.getlist("seq")]
@@ -94,6 +108,7 @@ def create_app(viewer: RunViewer, *, allowed_hosts: Sequence[str] = ("*",)) -> S
         Route("/static/{name}", asset),
         Route("/api/runs", runs),
         Route("/api/runs/{state_id:path}/events", events),
+        Route("/api/runs/{state_id:path}/rows", rows),
         Route("/api/runs/{state_id:path}/entries", entries),
         Route("/api/runs/{state_id:path}/approvals", approve, methods=["POST"]),
     ]
@@ -129,7 +144,16 @@ async def _event_stream(first: dict[str, Any], updates: AsyncIterator[Any]) -> A
 
 
 def _event(data: dict[str, Any]) -> str:
-    return f"id: {data['next_seq']}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+    return f"id: {data['next_seq']}\ndata: {_json(data)}\n\n"
+
+
+def _compact(data: dict[str, Any]) -> Response:
+    return Response(_json(data), media_type="application/json", headers=_NO_CACHE)
+
+
+def _json(data: dict[str, Any]) -> str:
+    # One line (an event's data must be), without the spaces JSONResponse leaves out too.
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
 def _answer_of(item: Any) -> Answer:

@@ -1,13 +1,17 @@
 // The run viewer's page: plain JavaScript, no framework and no build step.
 // Two views: the runs list ("/") and one run ("/runs/<id>"). A run's rows come from the
-// server's timeline (alpineagents.viewer.timeline) over Server-Sent Events: a snapshot,
-// then only rows that are new or changed. Only the rows in view are in the DOM, so a
-// history of any length scrolls smoothly.
+// server's timeline (alpineagents.viewer.timeline) over Server-Sent Events: the last
+// rows (the run opens at its end), then only rows that are new or changed. Other rows
+// are asked for a page at a time as they scroll into view (/rows), each row a compact
+// list whose fields the message names once ("columns"). Only the rows in view are in the
+// DOM, and an update costs what it changed (a turn's bars are re-measured from that
+// turn's rows only), so a history of any length opens and scrolls smoothly.
 "use strict";
 
 const app = document.getElementById("app");
 const ROW = 28; // px, as --row in viewer.css
 const OVERSCAN = 12;
+const PAGE = 200; // rows asked for at a time
 let about = { approvals: false, store: "", cluster: null };
 let leaveView = () => {};
 
@@ -15,10 +19,12 @@ let leaveView = () => {};
 function esc(text) {
   return String(text ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 }
-function ms(iso) { return iso ? Date.parse(iso) : NaN; }
-function clock(iso) {
-  if (!iso) return "";
-  const d = new Date(iso);
+// Times are epoch milliseconds in a run's rows, ISO text in the runs list.
+function ms(time) { return typeof time === "number" ? time : time ? Date.parse(time) : NaN; }
+function clock(time) {
+  const t = ms(time);
+  if (!isFinite(t)) return "";
+  const d = new Date(t);
   return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
 }
 function duration(millis) {
@@ -187,9 +193,11 @@ function showRun(id) {
     </section>`;
   const viewport = document.getElementById("viewport");
   const spacer = document.getElementById("spacer");
-  const rows = [];
-  const index = new Map(); // row id -> position in rows
+  const rows = []; // by position in the run's timeline; a hole: not asked for yet
   const turns = new Map(); // turn -> {start, end} in ms, the window its bars are drawn in
+  const turnRows = new Map(); // turn -> positions of its rows
+  const asked = new Set(); // pages asked for (a page: positions PAGE * n to PAGE * (n + 1))
+  let followId = null; // the server's follow of this run, which pages come from
   let summary = null, info = {}, cluster = null, openRow = null, chosen = {};
   let frame = 0;
 
@@ -212,7 +220,38 @@ function showRun(id) {
   };
   const recomputeTurn = (turn) => {
     turns.delete(turn);
-    for (const r of rows) if (r.turn === turn) noteTurn(r);
+    for (const at of turnRows.get(turn) || []) if (rows[at]) noteTurn(rows[at]);
+  };
+  const place = (columns, list) => {
+    const touchedTurns = new Set();
+    for (const values of list) {
+      const row = {};
+      for (let i = 0; i < columns.length; i++) row[columns[i]] = values[i];
+      row.seq = row.seqs.length ? row.seqs[0] : null;
+      rows[row.order] = row;
+      if (row.turn !== null && row.turn !== undefined) {
+        touchedTurns.add(row.turn);
+        const mine = turnRows.get(row.turn) || [];
+        if (!mine.includes(row.order)) mine.push(row.order);
+        turnRows.set(row.turn, mine);
+      }
+    }
+    for (const turn of touchedTurns) recomputeTurn(turn);
+  };
+  const total = () => (summary ? summary.rows : 0);
+  const askFor = async (page) => {
+    if (asked.has(page) || followId === null) return;
+    asked.add(page);
+    const asking = followId;
+    try {
+      const body = await getJSON(`${apiUrl(id, "rows")}?follow=${encodeURIComponent(asking)}&start=${page * PAGE}&end=${(page + 1) * PAGE}`);
+      if (asking !== followId) return; // the stream started over meanwhile
+      place(body.columns, body.rows);
+      repaint();
+    } catch (error) {
+      if (asking === followId) asked.delete(page);
+      document.getElementById("problem").innerHTML = `<div class="problem">${esc(error.message)}</div>`;
+    }
   };
 
   const rowHtml = (row, position) => {
@@ -245,11 +284,17 @@ function showRun(id) {
 
   const paint = () => {
     frame = 0;
-    spacer.style.height = `${rows.length * ROW}px`;
+    spacer.style.height = `${total() * ROW}px`;
     const first = Math.max(0, Math.floor(viewport.scrollTop / ROW) - OVERSCAN);
-    const last = Math.min(rows.length, Math.ceil((viewport.scrollTop + viewport.clientHeight) / ROW) + OVERSCAN);
+    const last = Math.min(total(), Math.ceil((viewport.scrollTop + viewport.clientHeight) / ROW) + OVERSCAN);
     let html = "";
-    for (let i = first; i < last; i++) html += rowHtml(rows[i], i);
+    for (let i = first; i < last; i++) {
+      if (rows[i]) html += rowHtml(rows[i], i);
+      else {
+        html += `<div class="tl-row pending grid" style="top:${i * ROW}px"><div class="seq"></div><div class="span">loading…</div></div>`;
+        askFor(Math.floor(i / PAGE));
+      }
+    }
     spacer.innerHTML = html;
   };
   const repaint = () => { if (!frame) frame = requestAnimationFrame(paint); };
@@ -262,7 +307,7 @@ function showRun(id) {
   document.getElementById("jump").addEventListener("click", () => { viewport.scrollTop = viewport.scrollHeight; });
   spacer.addEventListener("click", (event) => {
     const el = event.target.closest(".tl-row");
-    if (!el || el.classList.contains("attempt")) return;
+    if (!el || el.classList.contains("attempt") || el.classList.contains("pending")) return;
     const row = rows[Number(el.dataset.pos)];
     openRow = row.id;
     repaint();
@@ -331,20 +376,11 @@ function showRun(id) {
   });
 
   const drawPlot = () => {
-    const points = [];
-    let inSum = 0, outSum = 0;
-    const firstModel = rows.find((r) => r.kind === "model" && r.start);
-    if (firstModel) points.push([ms(firstModel.start), 0, 0]);
-    for (const r of rows) {
-      if (r.kind === "model" && r.tokens && r.end) {
-        inSum += r.tokens.input_tokens; outSum += r.tokens.output_tokens;
-        points.push([ms(r.end), inSum, outSum]);
-      }
-    }
+    // The server sends the token use so far at each reply, thinned to a plot's worth.
+    const kept = summary.usage_over_time || [];
     const plot = document.getElementById("plot");
-    if (points.length < 2) { plot.innerHTML = ""; return; }
-    const step = Math.max(1, Math.floor(points.length / 240));
-    const kept = points.filter((_, i) => i % step === 0 || i === points.length - 1);
+    if (kept.length < 2) { plot.innerHTML = ""; return; }
+    const [, inSum, outSum] = kept[kept.length - 1];
     const t0 = kept[0][0], t1 = Math.max(kept[kept.length - 1][0], t0 + 1);
     const top = Math.max(inSum, outSum, 1);
     const W = 240, H = 54;
@@ -355,19 +391,16 @@ function showRun(id) {
 
   const apply = (update) => {
     const stick = atBottom() || update.reset;
-    if (update.reset) { rows.length = 0; index.clear(); turns.clear(); }
-    const touchedTurns = new Set();
-    for (const row of update.rows) {
-      const at = index.get(row.id);
-      if (at === undefined) { index.set(row.id, rows.length); rows.push(row); }
-      else rows[at] = row;
-      if (row.turn !== null && row.turn !== undefined) touchedTurns.add(row.turn);
+    if (update.reset) {
+      rows.length = 0; turns.clear(); turnRows.clear(); asked.clear();
+      followId = update.follow_id;
     }
-    for (const turn of touchedTurns) recomputeTurn(turn);
+    if (update.about) { about = update.about; showAbout(); }
+    place(update.columns, update.rows);
     summary = update.summary; info = update.info || {}; cluster = update.cluster;
     if (Object.keys(chosen).some((c) => !summary.awaiting.some((a) => a.call_id === c))) chosen = {};
     showHead();
-    if (update.reset) { spacer.style.height = `${rows.length * ROW}px`; viewport.scrollTop = viewport.scrollHeight; }
+    if (update.reset) { spacer.style.height = `${total() * ROW}px`; viewport.scrollTop = viewport.scrollHeight; }
     else if (stick && update.rows.length) viewport.scrollTop = viewport.scrollHeight;
     else if (update.rows.length) document.getElementById("jump").classList.add("show");
     paint();
@@ -375,7 +408,6 @@ function showRun(id) {
     app.querySelector(".run").dataset.entries = String(summary.entries);
   };
 
-  fetch("/api/runs").then((r) => r.json()).then((body) => { if (body.store !== undefined) { about = body; showAbout(); showApprovals && summary && showApprovals(); } }).catch(() => {});
   const source = new EventSource(apiUrl(id, "events"));
   source.onmessage = (event) => {
     document.getElementById("problem").innerHTML = "";
