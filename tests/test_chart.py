@@ -277,8 +277,23 @@ def test_quick_start_secrets_go_to_every_namespace_where_runs_run(helm: Helm) ->
     }
     for namespace in namespaces:
         assert ("test-alpineagents-anthropic", namespace) in placed
-        assert ("test-alpineagents-store", namespace) in placed
+    # Run pods get credentials of their own: the store's broad key stays with the operator.
+    assert [ns for name, ns in placed if name == "test-alpineagents-store"] == [namespaces[0]]
     assert _operator_settings(objects)["ALPINEAGENTS_NAMESPACES"] == ",".join(namespaces[1:])
+    assert _operator_settings(objects)["ALPINEAGENTS_RUN_CREDENTIALS"] == "sts"
+
+    shared = helm.template(
+        {**CASES["several-namespaces"](namespaces), "store": {"runCredentials": "shared"}},
+        namespace=namespaces[0],
+    )
+    placed = {
+        (s["metadata"]["name"], s["metadata"]["namespace"]) for s in _kinds(shared)["Secret"]
+    }
+    for namespace in namespaces:
+        assert ("test-alpineagents-store", namespace) in placed
+    assert _operator_settings(shared)["ALPINEAGENTS_RUN_CREDENTIALS"] == "shared"
+    # The same rules: each pod's spec is a Secret the operator writes in either mode.
+    assert _rules(shared, "Role") == _rules(objects, "Role")
 
 
 def test_the_echo_model_demo_needs_no_api_key(helm: Helm) -> None:
@@ -317,6 +332,8 @@ _OPERATOR_NEEDS = {
     *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
     ("", "events", "create"),
     ("", "events", "patch"),
+    ("", "secrets", "create"),
+    ("", "secrets", "patch"),
 }
 
 
@@ -380,10 +397,15 @@ def test_the_installed_service_account_may_do_its_job_and_nothing_more(
                 ("create", "pods"),
                 ("delete", "pods"),
                 ("create", "events"),
+                ("create", "secrets"),
+                ("patch", "secrets"),
             ]:
                 assert _can(plane, account, verb, resource, ns), (verb, resource, ns)
             for verb, resource in [
                 ("get", "secrets"),
+                ("list", "secrets"),
+                ("watch", "secrets"),
+                ("delete", "secrets"),
                 ("patch", "pods"),
                 ("create", "pods:exec"),
                 ("patch", "pods:status"),

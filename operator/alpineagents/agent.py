@@ -17,6 +17,7 @@ from .permissions import AskPerson, Policy, allow_all
 from .state import State, StopReason, ToolCall, error_text
 from .store.base import Store, check_owner
 from .tools import Tool, ToolOutput, as_tool, call, output
+from .toolsets import RunToolsets, Toolset
 
 # The State and call id of the tool call running in this context (for subagents).
 _current_call: contextvars.ContextVar[tuple[State, str]] = contextvars.ContextVar("current_call")
@@ -30,6 +31,8 @@ class Agent:
 
     ``run(state)`` (or ``await arun(state)``) loops over the steps ``think``,
     ``use_tools`` and ``compact`` until the model answers, and returns the answer.
+    ``tools`` takes tools and toolsets (``alpineagents.mcp.MCPServer``); a toolset's
+    tools are listed when a run first needs them and kept for the whole run.
     """
 
     def __init__(
@@ -37,7 +40,7 @@ class Agent:
         model: str,
         store: Store | None = None,
         *,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] = (),
         system: str | None = None,
         max_tokens: int = 8192,
         max_turns: int | None = None,
@@ -49,7 +52,11 @@ class Agent:
     ) -> None:
         self.model = model
         self.store = store
-        self.tools = {t.name: t for t in map(as_tool, tools)}
+        given = list(tools)
+        self.toolsets = [t for t in given if isinstance(t, Toolset)]
+        self.tools = {
+            t.name: t for t in map(as_tool, (t for t in given if not isinstance(t, Toolset)))
+        }
         self.system = system
         self.max_tokens = max_tokens
         self.max_turns = max_turns
@@ -111,7 +118,8 @@ class Agent:
             raise RuntimeError(f"State {state.id!r} is already running")
         hold.loop = asyncio.get_running_loop()
         state.active_run = hold
-        client_token = _run_client.set(self._client or _model.default_client())
+        client = _RunClient(self._client)
+        client_token = _run_client.set(client)
         try:
             await self._save(state)  # run starts; refuses a new State whose id is taken
             try:
@@ -137,8 +145,8 @@ class Agent:
             return state.answer
         finally:
             state.active_run = None
-            if self._client is None:
-                await _model.close(_run_client.get())
+            await hold.toolsets.aclose()
+            await client.close()
             _run_client.reset(client_token)
 
     async def _steps(self, state: State) -> StopReason:
@@ -162,7 +170,9 @@ class Agent:
     # ------------------------------------------------------------------ steps
     async def think(self, state: State) -> Message:
         """Ask the model for its next message, saving before and after."""
-        request = self._request(state.messages)
+        hold = state.active_run
+        messages = hold.api_messages(state.messages) if isinstance(hold, _Run) else None
+        request = self._request(state.messages, await self._tools(state), merged=messages)
         state.add("model_request", f"asking {self.model}", {"model": self.model})
         await self._save(state)
         try:
@@ -192,10 +202,11 @@ class Agent:
     async def use_tools(self, state: State) -> None:
         """Run the pending tool calls concurrently, saving each result the moment it arrives."""
         runnable: list[tuple[ToolCall, Tool]] = []
+        tools = await self._tools(state)
         for pending in state.pending_calls:
-            tool = self.tools.get(pending.name)
+            tool = tools.get(pending.name)
             if tool is None:
-                known = ", ".join(sorted(self.tools)) or "none"
+                known = ", ".join(sorted(tools)) or "none"
                 state.add_result(
                     pending, "error", f"(unknown tool {pending.name!r}; tools: {known})"
                 )
@@ -226,7 +237,7 @@ class Agent:
             "Summarize the conversation so far in a few paragraphs, keeping every fact, "
             "decision and open question needed to continue the work."
         )
-        request = self._request([*state.messages[:cut], ask_summary], with_tools=False)
+        request = self._request([*state.messages[:cut], ask_summary], {})
         reply = await _model.ask(self._model_client(), request, self.retry)
         summary = Message.assistant(reply.get("content", [])).text
         state.add("compaction", f"compacted {cut} messages", {"summary": summary, "replaced": cut})
@@ -339,19 +350,38 @@ class Agent:
         finally:
             _current_call.reset(token)
 
-    def _model_client(self) -> Any:
-        return _run_client.get(None) or self._client or _model.default_client()
+    async def _tools(self, state: State) -> dict[str, Tool]:
+        """The run's tools: this agent's own, plus its toolsets' (opened on first use in a run)."""
+        if not self.toolsets:
+            return self.tools
+        hold = state.active_run
+        if not isinstance(hold, _Run) or hold.agent is not self:
+            raise RuntimeError(
+                "this Agent's toolsets (MCP servers) are open only while it runs: call "
+                "run(state) or arun(state) rather than think or use_tools on their own"
+            )
+        return await hold.toolsets.tools(state, self.tools)
 
-    def _request(self, messages: list[Message], *, with_tools: bool = True) -> dict[str, Any]:
+    def _model_client(self) -> Any:
+        run = _run_client.get(None)
+        return run.get() if run is not None else self._client or _model.default_client()
+
+    def _request(
+        self,
+        messages: list[Message],
+        tools: dict[str, Tool],
+        *,
+        merged: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": _merged(messages),
+            "messages": merged if merged is not None else _merged(messages),
         }
         if self.system:
             request["system"] = self.system
-        if with_tools and self.tools:
-            request["tools"] = [t.to_api() for t in self.tools.values()]
+        if tools:
+            request["tools"] = [t.to_api() for t in tools.values()]
         return request
 
 
@@ -370,6 +400,10 @@ class _Run:
         self.interrupt: BaseException | None = None
         """The signal (Ctrl+C, SIGTERM) that stopped ``run``: the reason calls close with."""
         self.background: set[asyncio.Future[None]] = set()
+        self.toolsets = RunToolsets(agent.toolsets)
+        """The agent's toolsets (MCP servers): opened on the run's first step, closed at its end."""
+        self.api_messages = _ApiMessages()
+        """The conversation as the run's requests send it, kept from step to step."""
 
     def message_sent(self) -> None:
         """Save a message sent while the run goes on (``State.send``, from any thread)."""
@@ -377,14 +411,71 @@ class _Run:
             self.loop.call_soon_threadsafe(self.agent._save_soon, self.state, self)
 
 
+class _RunClient:
+    """The model client of one run: the Agent's, or one made on first use (importing the
+    SDK takes about a second, which a resumed run should not spend before its first save)."""
+
+    def __init__(self, given: Any) -> None:
+        self._given = given
+        self._made: Any = None
+
+    def get(self) -> Any:
+        if self._given is not None:
+            return self._given
+        if self._made is None:
+            self._made = _model.default_client()
+        return self._made
+
+    async def close(self) -> None:
+        if self._made is not None:
+            await _model.close(self._made)
+
+
+class _ApiMessages:
+    """The messages of the requests of one run, in the API's shape, built step by step.
+
+    Each request appends what the conversation gained since the last one instead of
+    converting the whole conversation again, so a step costs the same at any length and
+    leaves no garbage that grows with it. A compaction (which replaces the conversation's
+    beginning) is noticed and the list built anew.
+    """
+
+    def __init__(self) -> None:
+        self._merged: list[dict[str, Any]] = []
+        self._seen = 0
+        self._first: Message | None = None
+        self._last: Message | None = None
+
+    def __call__(self, messages: list[Message]) -> list[dict[str, Any]]:
+        seen = self._seen
+        if seen and (
+            len(messages) < seen
+            or messages[0] is not self._first
+            or messages[seen - 1] is not self._last
+        ):
+            self._merged, seen = [], 0
+        for message in messages[seen:]:
+            _append_merged(self._merged, message)
+        self._seen = len(messages)
+        self._first = messages[0] if messages else None
+        self._last = messages[-1] if messages else None
+        return self._merged
+
+
+def _append_merged(merged: list[dict[str, Any]], message: Message) -> None:
+    """Add a message: consecutive messages of one role become one (the API wants that)."""
+    if merged and merged[-1]["role"] == message.role:
+        # A new dict: the one before may belong to a request already sent.
+        merged[-1] = {"role": message.role, "content": [*merged[-1]["content"], *message.blocks]}
+    else:
+        merged.append({"role": message.role, "content": message.blocks})
+
+
 def _merged(messages: list[Message]) -> list[dict[str, Any]]:
     """Messages for the API: consecutive messages of one role become one."""
     merged: list[dict[str, Any]] = []
     for message in messages:
-        if merged and merged[-1]["role"] == message.role:
-            merged[-1]["content"] = [*merged[-1]["content"], *message.blocks]
-        else:
-            merged.append({"role": message.role, "content": message.blocks})
+        _append_merged(merged, message)
     return merged
 
 

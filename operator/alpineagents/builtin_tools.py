@@ -14,12 +14,11 @@ import signal
 import stat
 import subprocess
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .pod_contract import ENV_MCP_PREFIX
 from .tools import Tool
 
 NAMES = ("fetch_url", "read_file", "shell", "write_file")
@@ -124,7 +123,11 @@ def _run_command(root: Path, command: str, timeout: float) -> str:
     if not isinstance(command, str) or not command.strip():
         raise ToolFailed("command must be a non-empty string")
     limit = min(max(float(timeout), 0.1), SHELL_MAX_TIMEOUT)
-    env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _SECRET_ENV and not k.startswith(ENV_MCP_PREFIX)
+    }
     process = subprocess.Popen(
         ["/bin/sh", "-c", command],
         cwd=root,
@@ -318,6 +321,11 @@ def _fetch_url_tool(root: Path) -> Tool:
 def _fetch(url: str, timeout: float) -> str:
     if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
         raise ToolFailed(f"{url!r} is not an http or https URL")
+    # Imported here: urllib.request pulls in http, email and ssl, which a CLI command
+    # that never fetches (list, show) should not wait for.
+    import urllib.error
+    import urllib.request
+
     limit = min(max(float(timeout), 0.1), 300.0)
     request = urllib.request.Request(url, headers={"User-Agent": "alpineagents-fetch_url"})
     try:

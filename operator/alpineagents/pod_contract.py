@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +40,12 @@ def state_id_for(namespace: str, name: str, uid: str) -> str:
     return f"{namespace}.{name}.{uid[:8]}"
 
 
+ENV_SPEC_FILE = "ALPINEAGENTS_SPEC_FILE"
+"""Path of a file holding the AgentRun's ``.spec`` as JSON (the operator mounts it
+read-only from a Secret of the pod's own)."""
 ENV_SPEC = "ALPINEAGENTS_SPEC"
-"""The AgentRun's ``.spec`` as JSON."""
+"""The AgentRun's ``.spec`` as JSON itself, when :data:`ENV_SPEC_FILE` is not set (older
+operators set it; exec refuses one variable over 128 KiB, so a long prompt needs the file)."""
 ENV_STORE = "ALPINEAGENTS_STORE"
 """The store URL (see :func:`alpineagents.open_store`)."""
 ENV_STATE_ID = "ALPINEAGENTS_STATE_ID"
@@ -52,6 +57,9 @@ ENV_TERMINATION_MESSAGE_PATH = "TERMINATION_MESSAGE_PATH"
 ``terminationMessagePath``)."""
 ENV_PREFIX = "ALPINEAGENTS_"
 """The operator's variables: an AgentRun's ``spec.env`` cannot override these."""
+ENV_MCP_PREFIX = "ALPINEAGENTS_MCP_"
+"""Variables carrying ``spec.mcpServers`` values kept in Secrets (:func:`mcp_secret_refs`);
+the runner's own, never passed to the model's shell commands nor to stdio servers."""
 
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 """The termination message's file in a pod (Kubernetes' default)."""
@@ -74,7 +82,8 @@ class ExitCode(enum.IntEnum):
     """A retry cannot help: bad spec, unknown tool, the ``agent`` factory does not
     import, a model request the API refuses (4xx), a State saved in an unreadable format."""
     RETRYABLE = 75
-    """The model or the store is unavailable, or another error a retry may fix."""
+    """The model, the store or an MCP server is unavailable, or another error a retry may
+    fix."""
     WAITING_FOR_APPROVAL = 76
     """Saved and stopped: tool calls wait for a person's answer (``spec.approvals``)."""
     MAX_TURNS = 77
@@ -238,6 +247,49 @@ def write_termination_message(
     except OSError:
         return None
     return path
+
+
+_MCP_SECRET_FIELDS: tuple[tuple[str, Literal["header", "env"]], ...] = (
+    ("headers", "header"),
+    ("env", "env"),
+)
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A value kept in a Secret, and the pod variable that carries it to the runner."""
+
+    variable: str
+    secret: str
+    key: str
+
+
+def mcp_secret_variable(server: str, kind: Literal["header", "env"], name: str) -> str:
+    """The variable holding an MCP server's header or env value from a Secret, e.g.
+    ``ALPINEAGENTS_MCP_GITHUB_HEADER_AUTHORIZATION`` (the operator sets it in the pod; a
+    person running ``alpineagents run`` elsewhere exports it)."""
+    parts = (re.sub(r"[^A-Za-z0-9]", "_", part).upper() for part in (server, kind, name))
+    return ENV_MCP_PREFIX + "_".join(parts)
+
+
+def mcp_secret_refs(spec: Mapping[str, Any]) -> list[SecretRef]:
+    """Every ``secretKeyRef`` of ``spec.mcpServers`` (headers and stdio env), as pod variables.
+
+    Lenient: items the runner would refuse are skipped (the runner says what is wrong).
+    """
+    refs: list[SecretRef] = []
+    servers = spec.get("mcpServers")
+    for server in servers if isinstance(servers, list) else []:
+        if not isinstance(server, Mapping) or not isinstance(server.get("name"), str):
+            continue
+        for field_name, kind in _MCP_SECRET_FIELDS:
+            items = server.get(field_name)
+            for item in items if isinstance(items, list) else []:
+                ref = item.get("secretKeyRef") if isinstance(item, Mapping) else None
+                if isinstance(ref, Mapping) and isinstance(item.get("name"), str):
+                    variable = mcp_secret_variable(server["name"], kind, item["name"])
+                    refs.append(SecretRef(variable, str(ref.get("name")), str(ref.get("key"))))
+    return refs
 
 
 def _size(message: Mapping[str, Any]) -> int:

@@ -15,11 +15,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol, cast
 
+from . import collection
 from .errors import StateFormatError
 from .messages import Message, excerpt
 
 FORMAT_VERSION = 5
 READABLE_FORMATS = (4, 5)
+SEALED = "sealed"
+"""The field holding the ciphertext of an entry or info saved through an EncryptedStore
+(:mod:`alpineagents.store.encrypted`); a State whose info has it is read through one."""
 
 EntryKind = Literal[
     "message",
@@ -33,6 +37,7 @@ EntryKind = Literal[
     "approval_request",
     "compaction",
     "stop",
+    "tools",
 ]
 """What an entry records (see the README's "History entries and formats")."""
 Outcome = Literal["ok", "error", "refused", "aborted"]
@@ -100,6 +105,19 @@ class Entry:
         )
 
 
+@dataclass(frozen=True)
+class ToolList:
+    """The tools a tool source (an MCP server) listed, as a State's history recorded them.
+
+    ``started`` are the ones the run uses: what the source listed when the run first used
+    it. ``latest`` is what it listed when a run last found its list changed (the same as
+    ``started`` until then). Each tool is ``{"name", "description", "input_schema"}``.
+    """
+
+    started: list[dict[str, Any]]
+    latest: list[dict[str, Any]]
+
+
 @dataclass
 class ToolCall:
     """A tool call the model asked for, as seen by permission policies and tools."""
@@ -160,6 +178,8 @@ class State:
         self.stopped: StopReason | None = None
         self.turns = 0
         self.usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
+        self.tool_lists: dict[str, ToolList] = {}
+        """What each toolset (an MCP server) listed, from the history's ``tools`` entries."""
         self.loaded_entries = 0
         """How many entries of ``history`` came from the record it was loaded from (the
         entries after them were added since: first those closing a turn a stopped
@@ -192,10 +212,11 @@ class State:
         entries, info = record
         check_format(state_id, info)
         state = cls(state_id, parent_id=info.get("parent_id"))
-        for raw in _ordered(state_id, list(entries)):
-            entry = Entry.from_dict(raw)
-            state.history.append(entry)
-            state._replay(entry)
+        with collection.paused():
+            for raw in _ordered(state_id, list(entries)):
+                entry = Entry.from_dict(raw)
+                state.history.append(entry)
+                state._replay(entry)
         state.loaded_entries = len(state.history)
         state.close_open_turn(None)
         return state
@@ -341,6 +362,10 @@ class State:
             self.messages[: int(data["replaced"])] = [summary]
         elif kind == "stop":
             self.stopped = cast(StopReason, str(data["reason"]))
+        elif kind == "tools":
+            listed = list(data["tools"])
+            known = self.tool_lists.get(data["source"])
+            self.tool_lists[data["source"]] = ToolList(known.started if known else listed, listed)
 
     def _result_blocks(self) -> list[dict[str, Any]]:
         blocks = []
@@ -431,6 +456,11 @@ def _message_text(message: Message) -> str:
 
 def check_format(state_id: str, info: dict[str, Any]) -> None:
     """Refuse a State saved in a format this version cannot read (the one place that knows)."""
+    if SEALED in info:
+        raise StateFormatError(
+            f"State {state_id!r} is encrypted: read it through an EncryptedStore (store URL "
+            f"option encrypted=true) with its keys in ALPINEAGENTS_ENCRYPTION_KEYS"
+        )
     version = info.get("v")
     if version not in READABLE_FORMATS:
         readable = " and ".join(str(v) for v in READABLE_FORMATS)

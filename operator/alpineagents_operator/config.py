@@ -24,6 +24,13 @@ in each namespace where AgentRuns run.
 ``ALPINEAGENTS_HEALTH_PORT``           liveness endpoint port (0 = none)
 ``ALPINEAGENTS_PEERING``               kopf peering name; empty (default) = standalone
 ``ALPINEAGENTS_SERVICE_ACCOUNT``       default serviceAccountName for pods ("" = none)
+``ALPINEAGENTS_RUN_CREDENTIALS``       ``sts`` (default): each pod of an ``s3://`` store
+                                       gets its own short-lived credentials for its
+                                       run's States only; ``shared``: pods get the
+                                       store Secret's key (for stores without STS)
+``ALPINEAGENTS_RUN_CREDENTIALS_SECONDS``  lifetime of a run's credentials (900-43200);
+                                       they are renewed with half of it left
+``ALPINEAGENTS_STS_ROLE_ARN``          role to assume (AWS needs one; MinIO ignores it)
 =====================================  ==============================================
 """
 
@@ -37,6 +44,9 @@ from dataclasses import dataclass
 DEFAULT_IMAGE = "ghcr.io/alpineagents/alpineagents:0.1.0"
 DEFAULT_STORE = "file:///var/lib/alpineagents/runs"
 DEFAULT_POD_COMMAND = ("python", "-m", "alpineagents", "run")
+MIN_CREDENTIALS_SECONDS = 900  # the shortest session STS grants (AWS, MinIO, SeaweedFS)
+MAX_CREDENTIALS_SECONDS = 43200  # the longest AWS grants a role session by default
+RUN_CREDENTIALS_MODES = ("sts", "shared")
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,16 @@ class OperatorConfig:
     peering: str = ""
     """kopf peering name. Empty: run standalone (one operator replica; no KopfPeering
     CRD needed). Set it when running several replicas so only one acts at a time."""
+    run_credentials: str = "sts"
+    """``sts``: per-run credentials minted through the store's STS; ``shared``: the
+    store Secret's key in every pod."""
+    run_credentials_seconds: int = 3600
+    sts_role_arn: str = ""
+
+    @property
+    def per_run_credentials(self) -> bool:
+        """Whether pods get credentials of their own instead of the store Secret's key."""
+        return self.run_credentials == "sts"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -88,6 +108,20 @@ class OperatorConfig:
                     f"ALPINEAGENTS_POD_COMMAND must be a JSON list of strings, got {command_json!r}"
                 )
             command = tuple(parsed)
+        mode = text("ALPINEAGENTS_RUN_CREDENTIALS", defaults.run_credentials).lower()
+        if mode not in RUN_CREDENTIALS_MODES:
+            raise ValueError(f"ALPINEAGENTS_RUN_CREDENTIALS must be sts or shared, not {mode!r}")
+        lifetime = text(
+            "ALPINEAGENTS_RUN_CREDENTIALS_SECONDS", str(defaults.run_credentials_seconds)
+        )
+        if not (
+            lifetime.isdigit()
+            and MIN_CREDENTIALS_SECONDS <= int(lifetime) <= MAX_CREDENTIALS_SECONDS
+        ):
+            raise ValueError(
+                f"ALPINEAGENTS_RUN_CREDENTIALS_SECONDS must be whole seconds from "
+                f"{MIN_CREDENTIALS_SECONDS} to {MAX_CREDENTIALS_SECONDS}, not {lifetime!r}"
+            )
         return cls(
             namespaces=namespaces,
             image=text("ALPINEAGENTS_IMAGE", defaults.image),
@@ -106,4 +140,7 @@ class OperatorConfig:
             metrics_port=int(text("ALPINEAGENTS_METRICS_PORT", str(defaults.metrics_port))),
             health_port=int(text("ALPINEAGENTS_HEALTH_PORT", str(defaults.health_port))),
             peering=text("ALPINEAGENTS_PEERING", defaults.peering),
+            run_credentials=mode,
+            run_credentials_seconds=int(lifetime),
+            sts_role_arn=text("ALPINEAGENTS_STS_ROLE_ARN", defaults.sts_role_arn),
         )

@@ -3,16 +3,19 @@
 Fixtures:
 
 - ``store`` (function), parametrized with ids ``file``, ``memory``, ``minio``,
-  ``seaweedfs``: a fresh empty :class:`~alpineagents.Store`. ``file`` is a FileStore in
-  ``tmp_path``; ``memory`` the spec page's MemoryStore, as ``alpineagents.testing`` ships it;
-  ``minio``/``seaweedfs`` a MinioStore with prefix ``runs/`` in a fresh bucket of the
-  session server (started only when a test of that id runs).
+  ``seaweedfs``, ``file+encrypted``, ``minio+encrypted``, ``seaweedfs+encrypted``: a fresh
+  empty :class:`~alpineagents.Store`. ``file`` is a FileStore in ``tmp_path``; ``memory``
+  the spec page's MemoryStore, as ``alpineagents.testing`` ships it; ``minio``/``seaweedfs``
+  a MinioStore with prefix ``runs/`` in a fresh bucket of the session server (started only
+  when a test of that id runs); ``+encrypted`` that store in an EncryptedStore with
+  :data:`TEST_KEYRING_TEXT`.
 - ``s3`` (function), parametrized with ids ``minio``, ``seaweedfs``: an :class:`S3Place`,
   a fresh bucket on that server, to make MinioStores with the options a test needs.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +27,23 @@ from alpineagents import FileStore, Store
 from alpineagents.testing import MemoryStore
 from tests.bench.minio_server import S3Server
 
-STORE_KINDS = ("file", "memory", "minio", "seaweedfs")
+STORE_KINDS = (
+    "file",
+    "memory",
+    "minio",
+    "seaweedfs",
+    "file+encrypted",
+    "minio+encrypted",
+    "seaweedfs+encrypted",
+)
 S3_KINDS = ("minio", "seaweedfs")
+TEST_KEYRING_TEXT = (
+    "old:"
+    + base64.b64encode(bytes(range(32))).decode()
+    + ",new:"
+    + base64.b64encode(bytes(range(32, 64))).decode()
+)
+"""Two keys (``new`` writes): the encrypted stores of the suites, and what tests rotate."""
 
 
 @dataclass
@@ -76,13 +94,20 @@ def _s3_place(request: pytest.FixtureRequest, kind: str) -> S3Place:
 @pytest.fixture(params=STORE_KINDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """A fresh empty store of each kind (see the module docstring)."""
-    kind = request.param
+    kind, _, wrapper = str(request.param).partition("+")
+    inner: Store
     if kind == "file":
-        yield FileStore(tmp_path / "runs")
+        inner = FileStore(tmp_path / "runs")
     elif kind == "memory":
-        yield MemoryStore()
+        inner = MemoryStore()
     else:
-        yield _s3_place(request, kind).store()
+        inner = _s3_place(request, kind).store()
+    if wrapper == "encrypted":
+        from alpineagents.store.encrypted import EncryptedStore, Keyring
+
+        yield EncryptedStore(inner, Keyring.from_text(TEST_KEYRING_TEXT))
+    else:
+        yield inner
 
 
 @pytest.fixture(params=S3_KINDS)

@@ -67,7 +67,7 @@ def test_a_run_with_messages_and_every_pod_field_is_accepted(plane: ControlPlane
         system="Be brief.",
         maxTurns=10,
         maxTokens=4096,
-        agent="tests.agents.marker_agent:make_agent",
+        agent="my_team.agents:make_agent",
         requireApproval=["shell"],
         approvals=[{"callId": "toolu_1", "allow": True, "note": "ok"}],
         image="example.com/runner:1",
@@ -139,6 +139,45 @@ def test_bad_values_are_refused(plane: ControlPlane) -> None:
     )
 
 
+def named(name: str, **spec: Any) -> str:
+    body = yaml.safe_load(manifest(**spec))
+    body["metadata"]["name"] = name
+    return yaml.safe_dump(body)
+
+
+def test_a_name_too_long_to_label_the_pods_is_refused_naming_the_limit(
+    plane: ControlPlane,
+) -> None:
+    # The name labels every pod of the run, and a label value holds at most 63 characters.
+    longest = "n" * 54 + uuid.uuid4().hex[:9]
+    accepted = plane.kubectl(
+        "create", "--dry-run=server", "-f", "-", input=named(longest, model="m", prompt="hi")
+    )
+    assert accepted.returncode == 0
+    refused = plane.kubectl(
+        "create",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=named(longest + "x", model="m", prompt="hi"),
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "metadata.name may be at most 63 characters" in refused.stderr
+
+
+def test_a_prompt_too_large_for_the_pods_secret_is_refused_naming_the_limit(
+    plane: ControlPlane,
+) -> None:
+    message = refusal(plane, model="m", prompt="x" * 2_000_000)
+    assert "spec.prompt may be at most 262144 characters" in message
+    assert "1 MiB" in message
+    system = refusal(plane, model="m", prompt="hi", system="s" * 262_145)
+    assert "spec.system may be at most 262144 characters" in system
+    at_limit = manifest(model="m", prompt="x" * 262_144)
+    plane.kubectl("create", "--dry-run=server", "-f", "-", input=at_limit)
+
+
 def test_kubectl_explain_teaches_the_spec(plane: ControlPlane) -> None:
     spec = plane.kubectl("explain", "agentrun.spec").stdout
     assert "Give the model and exactly one of prompt or messages" in spec
@@ -147,6 +186,85 @@ def test_kubectl_explain_teaches_the_spec(plane: ControlPlane) -> None:
     assert "Losses tolerated" in policy
     status = plane.kubectl("explain", "agentrun.status").stdout
     assert "pendingApprovals" in status and "lastSavedSeq" in status
+
+
+MCP_SERVERS: list[dict[str, Any]] = [
+    {
+        "name": "github",
+        "url": "http://github-mcp.tools.svc:8080/mcp",
+        "headers": [
+            {"name": "Authorization", "secretKeyRef": {"name": "github-mcp", "key": "token"}}
+        ],
+        "tools": ["search_issues", "get_issue"],
+        "timeoutSeconds": 30,
+    },
+    {
+        "name": "files",
+        "command": ["python", "-m", "files_mcp"],
+        "args": ["--root", "/work"],
+        "env": [
+            {"name": "LOG_LEVEL", "value": "info"},
+            {"name": "FILES_TOKEN", "secretKeyRef": {"name": "files-mcp", "key": "token"}},
+        ],
+    },
+]
+
+
+def test_mcp_servers_are_accepted_as_given(plane: ControlPlane) -> None:
+    text = manifest(model="claude-sonnet-5", prompt="hi", mcpServers=MCP_SERVERS)
+    result = plane.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json", input=text)
+    assert json.loads(result.stdout)["spec"]["mcpServers"] == MCP_SERVERS
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        (
+            {"name": "both", "url": "http://x/mcp", "command": ["x"]},
+            "give exactly one of url (Streamable HTTP) or command",
+        ),
+        ({"name": "neither"}, "give exactly one of url (Streamable HTTP) or command"),
+        (
+            {"name": "plain", "url": "http://x/mcp", "headers": [{"name": "Authorization"}]},
+            "spec.mcpServers[0].headers[0].secretKeyRef: Required value",
+        ),
+        (
+            {
+                "name": "stdio",
+                "command": ["x"],
+                "headers": [{"name": "A", "secretKeyRef": {"name": "s", "key": "k"}}],
+            },
+            "headers are for url servers",
+        ),
+        ({"name": "web", "url": "http://x/mcp", "args": ["-v"]}, "args and env are for command"),
+        ({"name": "Web", "url": "http://x/mcp"}, "spec.mcpServers[0].name"),
+        ({"name": "web", "url": "ftp://x/mcp"}, "spec.mcpServers[0].url"),
+        ({"name": "web", "url": "http://x/mcp", "timeoutSeconds": 0}, "timeoutSeconds"),
+        (
+            {"name": "env", "command": ["x"], "env": [{"name": "A"}]},
+            "give exactly one of value or secretKeyRef",
+        ),
+    ],
+)
+def test_bad_mcp_servers_are_refused(
+    plane: ControlPlane, server: dict[str, Any], message: str
+) -> None:
+    assert message in refusal(plane, model="m", prompt="hi", mcpServers=[server])
+
+
+def test_mcp_server_names_are_unique(plane: ControlPlane) -> None:
+    twice = [{"name": "web", "url": "http://a/mcp"}, {"name": "web", "url": "http://b/mcp"}]
+    assert "Duplicate value" in refusal(plane, model="m", prompt="hi", mcpServers=twice)
+
+
+def test_kubectl_explain_documents_mcp_servers(plane: ControlPlane) -> None:
+    def explain(field: str) -> str:  # its lines are wrapped where kubectl likes
+        return " ".join(plane.kubectl("explain", field).stdout.split())
+
+    servers = explain("agentrun.spec.mcpServers")
+    assert "MCP servers whose tools the agent may call" in servers
+    assert "headers" in servers and "command" in servers and "timeoutSeconds" in servers
+    assert "never written in the AgentRun" in explain("agentrun.spec.mcpServers.headers")
 
 
 def test_status_subresource_and_printer_columns(plane: ControlPlane) -> None:

@@ -78,6 +78,18 @@ app.kubernetes.io/component: {{ .component }}
 Where the chart puts the Secrets it creates: the release namespace (the operator reads the
 store with them) plus every namespace where AgentRuns run.
 */}}
+{{/*
+Where the store Secret goes: only the release namespace (the operator's) when run pods get
+credentials of their own, so no run namespace holds the broad key; else with the others.
+*/}}
+{{- define "alpineagents.storeSecretNamespaces" -}}
+{{- if eq .Values.store.runCredentials "sts" -}}
+{{- list .Release.Namespace | toJson -}}
+{{- else -}}
+{{- include "alpineagents.secretNamespaces" . -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "alpineagents.secretNamespaces" -}}
 {{- $all := list .Release.Namespace -}}
 {{- range (include "alpineagents.watchedNamespaces" . | fromJsonArray) }}{{ $all = append $all . }}{{ end -}}
@@ -238,6 +250,12 @@ seccompProfile:
   verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: [""]
   resources: ["events"]
+  verbs: ["create", "patch"]
+# Each pod's spec and (runCredentials=sts) each run's short-lived store credentials, in
+# Secrets the run owns: written, never read (no get/list/watch: the operator cannot read
+# any Secret), never deleted (they go with their AgentRun).
+- apiGroups: [""]
+  resources: ["secrets"]
   verbs: ["create", "patch"]
 {{- end -}}
 

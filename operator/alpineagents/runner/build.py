@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -11,6 +12,8 @@ from typing import Any
 
 from .. import builtin_tools
 from ..agent import Agent
+from ..mcp import MCPServer
+from ..mcp_spec import MCPSpecError, mcp_servers
 from ..model import Retry
 from ..permissions import Decision, Policy
 from ..state import ToolCall, error_text
@@ -30,6 +33,7 @@ def build_agent(
     With ``agent``, the factory is imported and called (with the spec dict if it takes
     one argument); the spec's model is set on its Agent, and the spec's other fields,
     when given, apply on top (tools are added, ``requireApproval`` asks first).
+    ``mcpServers`` are added to its toolsets, their secrets read from ``environ``.
     Raises :class:`SpecError` for anything that does not fit.
     """
     env = os.environ if environ is None else environ
@@ -62,8 +66,11 @@ def build_agent(
             agent.max_turns = plan.max_turns
         if retry is not None:
             agent.retry = retry
+    servers = _mcp_servers(plan, env)
+    agent.toolsets.extend(servers)
     if plan.require_approval:
-        unknown = [name for name in plan.require_approval if name not in agent.tools]
+        names = _tool_names(agent, servers)
+        unknown = [n for n in plan.require_approval if names is not None and n not in names]
         if unknown:
             known = ", ".join(sorted(agent.tools)) or "none"
             raise SpecError(
@@ -72,6 +79,28 @@ def build_agent(
             )
         agent.permissions = _asking_first(frozenset(plan.require_approval), agent.permissions)
     return agent
+
+
+def _mcp_servers(plan: RunPlan, environ: Mapping[str, str]) -> list[MCPServer]:
+    if not plan.mcp_servers:
+        return []
+    if importlib.util.find_spec("mcp") is None:
+        raise SpecError(
+            "spec.mcpServers",
+            "this image has no MCP SDK: build it with the mcp extra (alpineagents[mcp])",
+        )
+    try:
+        return mcp_servers(plan.mcp_servers, environ)
+    except MCPSpecError as error:
+        raise SpecError(error.where, error.problem) from None
+
+
+def _tool_names(agent: Agent, servers: list[MCPServer]) -> set[str] | None:
+    """Every tool name the agent may have, or None when a toolset may list any tool
+    (a server without an allow-list: its tools are known only when the run starts)."""
+    if len(agent.toolsets) != len(servers) or any(s.allow is None for s in servers):
+        return None
+    return set(agent.tools).union(*(s.allow or () for s in servers))
 
 
 def _asking_first(names: frozenset[str], policy: Policy) -> Policy:

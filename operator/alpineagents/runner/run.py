@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import anthropic
-
 from .. import builtin_tools
+from .. import model as _model
 from ..agent import Agent
 from ..errors import StateNotFoundError, StoreUnavailableError
 from ..pod_contract import (
@@ -34,7 +33,8 @@ from ..pod_contract import (
 )
 from ..state import State, error_text
 from ..store.base import Store
-from ..store.url import open_store
+from ..store.url import open_store, redact
+from ..toolsets import ToolsetUnavailable
 from .build import build_agent
 from .progress import LoggedStore, ProgressLog
 from .spec import Approval, RunPlan, SpecError, parse_spec, read_manifest, spec_from_environment
@@ -65,10 +65,11 @@ def open_run_store(url: str | None, environ: Mapping[str, str] | None = None) ->
     try:
         return open_store(location, env=dict(env))
     except (ValueError, TypeError, LookupError) as error:
-        raise SpecError("store", f"{location}: {error}") from None
+        # The URL itself may hold a secret by mistake: it is never shown as given.
+        raise SpecError("store", f"{redact(location)}: {error}") from None
     except Exception as error:
         raise StoreUnavailableError(
-            f"cannot reach the store {location}: {error_text(error)}"
+            f"cannot reach the store {redact(location)}: {error_text(error)}"
         ) from None
 
 
@@ -142,8 +143,8 @@ def run_agent_run(
 ) -> RunResult:
     """Run or resume one AgentRun, and report how it ended.
 
-    The spec comes from ``manifest`` (an AgentRun YAML file) or else from
-    ``ALPINEAGENTS_SPEC``; the store from ``store_url``, ``ALPINEAGENTS_STORE`` or
+    The spec comes from ``manifest`` (an AgentRun YAML file) or else from the file
+    ``ALPINEAGENTS_SPEC_FILE`` names or ``ALPINEAGENTS_SPEC``; the store from ``store_url``, ``ALPINEAGENTS_STORE`` or
     ``./.agent-runs``; the id from ``state_id``, ``ALPINEAGENTS_STATE_ID`` or the
     manifest's ``metadata.name``. The termination message is written to
     ``$TERMINATION_MESSAGE_PATH`` (or ``/dev/termination-log`` when it is writable).
@@ -264,16 +265,18 @@ class _Run:
         assert self.store is not None
         if error is self.store.failure:
             return self.result(ExitCode.RETRYABLE, "retryable", _store_problem(self.store, error))
-        if isinstance(error, anthropic.APIStatusError):
-            status = error.status_code
+        if _model.sdk_error(error, "APIStatusError"):
+            status = int(getattr(error, "status_code", 0))
             if 400 <= status < 500 and status not in (408, 409, 429):
                 return self.result(
                     ExitCode.NOT_RETRYABLE, "failed", f"the model refused: {error_text(error)}"
                 )
-        if isinstance(error, anthropic.APIError):
+        if _model.sdk_error(error, "APIError"):
             return self.result(
                 ExitCode.RETRYABLE, "retryable", f"model unavailable: {error_text(error)}"
             )
+        if isinstance(error, ToolsetUnavailable):
+            return self.result(ExitCode.RETRYABLE, "retryable", f"tools unavailable: {error}")
         if isinstance(error, TypeError | ValueError):
             # The State, Agent or store do not fit together (e.g. an async-only store).
             return self.result(ExitCode.NOT_RETRYABLE, "failed", error_text(error))

@@ -186,7 +186,7 @@ class ModelServer:
         with self._lock:
             return list(self._token_count_requests)
 
-    def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[RecordedRequest]:
+    def wait_for_requests(self, n: int, timeout: float = 120.0) -> list[RecordedRequest]:
         """Block until at least ``n`` model requests arrived; return them all.
 
         Raises ``TimeoutError`` if they have not arrived within ``timeout`` seconds.

@@ -133,9 +133,11 @@ from urllib.parse import unquote
 
 import urllib3
 from minio import Minio
+from minio.credentials.providers import Provider
 from minio.deleteobjects import DeleteObject
 from minio.error import InvalidResponseError, S3Error, ServerError
 
+from ... import collection
 from ...errors import (
     MissingBucketError,
     StateFencedError,
@@ -282,6 +284,7 @@ class MinioStore(Store):
         access_key: str | None = None,
         secret_key: str | None = None,
         session_token: str | None = None,
+        credentials: Provider | None = None,
         secure: bool = True,
         region: str | None = "us-east-1",
         timeout: float = 5.0,
@@ -292,7 +295,8 @@ class MinioStore(Store):
         """A MinioStore with its own client: ``endpoint`` is ``host:port``.
 
         ``timeout`` bounds each socket wait (connect, or waiting for an answer), and
-        ``retry_budget`` each whole operation. ``region`` set saves the bucket-location
+        ``retry_budget`` each whole operation. ``credentials`` (a ``minio`` credentials
+        provider) replaces the three keys, e.g. to follow files that get renewed. ``region`` set saves the bucket-location
         request a client makes otherwise.
         """
         client = Minio(
@@ -300,6 +304,7 @@ class MinioStore(Store):
             access_key=access_key,
             secret_key=secret_key,
             session_token=session_token,
+            credentials=credentials,
             secure=secure,
             region=region,
             http_client=cls.http_client(timeout),
@@ -384,7 +389,9 @@ class MinioStore(Store):
             entries = pick_entries(((s, fetched[s.key]) for s in live), committed)
             if len(entries) == committed or attempt == _READ_ATTEMPTS - 1:
                 self._remember_read(state_id, doc, etag)
-                return Record([json.loads(line) for _, line in entries], dict(doc["info"]))
+                with collection.paused():
+                    parsed = [json.loads(line) for _, line in entries]
+                return Record(parsed, dict(doc["info"]))
         raise StoreUnavailableError(
             f"State {state_id!r} in {self!r} kept changing while it was read; try again"
         )
