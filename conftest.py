@@ -10,4 +10,5 @@ pytest_plugins: list[str] = [
     "tests.bench.runner_process",
     "tests.bench.helm",
     "tests.bench.stores",
+    "tests.bench.browser",
 ]

@@ -210,7 +210,7 @@ class State:
         for a format this version cannot read or a history with a gap.
         """
         entries, info = record
-        _check_format(state_id, info)
+        check_format(state_id, info)
         state = cls(state_id, parent_id=info.get("parent_id"))
         with collection.paused():
             for raw in _ordered(state_id, list(entries)):
@@ -454,7 +454,7 @@ def _message_text(message: Message) -> str:
     return f"{message.role}: {excerpt(message.text or '[content]')}"
 
 
-def _check_format(state_id: str, info: dict[str, Any]) -> None:
+def check_format(state_id: str, info: dict[str, Any]) -> None:
     """Refuse a State saved in a format this version cannot read (the one place that knows)."""
     if SEALED in info:
         raise StateFormatError(

@@ -396,6 +396,39 @@ class MinioStore(Store):
             f"State {state_id!r} in {self!r} kept changing while it was read; try again"
         )
 
+    def read_since(self, state_id: str, seq: int) -> Record | None:
+        # One GET of info.json when nothing is new; else one LIST and the GETs of the
+        # segments that hold entries from ``seq`` on (after a merge, a bigger one).
+        # Unlike read, it does not count as a read a later claim is conditional on.
+        deadline = self._deadline()
+        folder = self._folder(state_id)
+        self._ensure_bucket(deadline)
+        fetched: dict[str, Lines] = {}
+        for attempt in range(_READ_ATTEMPTS):
+            got = self._get_info(folder, deadline)
+            if got is None:
+                return None
+            doc = got[0]
+            committed = int(doc["committed"])
+            if committed <= seq:
+                return Record([], dict(doc["info"]))
+            listed = self._list_segments(folder, str(doc["incarnation"]), deadline)
+            live = [s for s in live_segments(listed, committed, int(doc["epoch"])) if s.last >= seq]
+            try:
+                self._fetch(live, fetched, deadline)
+            except _Vanished:
+                continue
+            entries = [
+                (n, line)
+                for n, line in pick_entries(((s, fetched[s.key]) for s in live), committed)
+                if n >= seq
+            ]
+            if len(entries) == committed - seq or attempt == _READ_ATTEMPTS - 1:
+                return Record([json.loads(line) for _, line in entries], dict(doc["info"]))
+        raise StoreUnavailableError(
+            f"State {state_id!r} in {self!r} kept changing while it was read; try again"
+        )
+
     def list(self) -> builtins.list[StateInfo]:
         deadline = self._deadline()
         self._ensure_bucket(deadline)
