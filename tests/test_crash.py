@@ -174,6 +174,17 @@ def test_killed_while_a_message_is_waiting(run_folder: Path, model_server: Model
     assert last[1]["text"] == "Also: add the weather."
 
 
+def test_killed_right_after_send_returned(run_folder: Path, model_server: ModelServer) -> None:
+    model_server.add(reply(tool_use("slow", id="toolu_slow")))
+    child = Child(run_folder, "send", model_server)  # its store takes 0.5 s to save
+    child.wait_for("sent")
+    child.kill()
+
+    state = FileStore(run_folder).load("nightly-report")
+    assert state.messages[-1] == Message.user("Also: add the weather.")
+    assert [e.kind for e in state.history[-2:]] == ["tool_result", "joined"]
+
+
 def test_a_waiting_message_joins_after_the_results_in_a_live_run(
     tmp_path: Path, model_server: ModelServer
 ) -> None:
