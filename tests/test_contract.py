@@ -7,11 +7,10 @@ MemoryStore, MinioStore, ...) with the real anthropic client and the scripted mo
 from __future__ import annotations
 
 import asyncio
-import json
+import multiprocessing
 import os
 import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -23,11 +22,11 @@ import pytest
 from alpineagents import Agent, FileStore, Message, Permissions, State, Store, tool
 from alpineagents.store import Record
 from alpineagents.testing import ModelServer, error, hold, reply, tool_use
+from tests.agents import interrupt_child
+from tests.bench import forked
 from tests.bench.stores import ChildStore
-from tests.bench.terminal import default_sigint
 from tests.contract_tools import NO_SPACE, Watched, fail_once, has_kind
 
-REPO = Path(__file__).resolve().parent.parent
 STATE_ID = "nightly-report"
 
 MODEL = "claude-sonnet-5"
@@ -122,7 +121,7 @@ class TestWhenTheAgentSaves:
         @tool
         def long() -> str:
             """Waits until the quick result is in the store."""
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + WAIT
             while time.monotonic() < deadline:
                 record = store.read("nightly-report")
                 kinds = (
@@ -302,7 +301,7 @@ class TestExceptionsEndTheRunTheUsualWay:
         async def scenario() -> State:
             state = new_state()
             task = asyncio.create_task(agent_for(store).arun(state))
-            await asyncio.to_thread(model_server.wait_for_requests, 1)
+            await asyncio.to_thread(model_server.wait_for_requests, 1, WAIT)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -331,37 +330,33 @@ class TestExceptionsEndTheRunTheUsualWay:
 
 # ------------------------------------------------------------------ Ctrl+C at every instant
 # A real SIGINT to a real child process, paused at each instant of a run's first moments
-# (tests/agents/interrupt_child.py). Later instants are in tests/test_campaign.py.
+# (tests/agents/interrupt_child.py, forked from a server that has imported the library).
+# Later instants, at random, are in tests/test_campaign.py.
 FIRST_MOMENTS = ["run", "client", "save", "write", "written"]
 
 
 def ctrl_c_at(where: ChildStore, model_server: ModelServer, instant: str, mode: str) -> Any:
     """Run a child to ``instant``, send it SIGINT there, and return its report."""
     model_server.add(reply("Hello."))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.agents.interrupt_child", where.url, STATE_ID, instant, mode],
-        cwd=REPO,
-        env={**os.environ, **model_server.env, **where.env},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint,
-    )
-    assert process.stdin is not None and process.stdout is not None
+    ours, theirs = multiprocessing.Pipe()
+    env = {**model_server.env, **where.env}
+    child = forked.start(interrupt_child.main, theirs, where.url, STATE_ID, instant, mode, env=env)
+    theirs.close()
     try:
-        first = process.stdout.readline().strip()
-        assert first == f"at {instant}", f"the child did not pause at {instant!r}: {first!r}"
-        process.send_signal(signal.SIGINT)
-        process.stdin.write("go\n")
-        process.stdin.flush()
-        out, _ = process.communicate(timeout=WAIT)
+        assert ours.poll(WAIT), f"the child did not reach {instant!r}"
+        paused = ours.recv()
+        assert paused == ("at", instant), f"the child did not pause at {instant!r}: {paused}"
+        os.kill(child.pid or 0, signal.SIGINT)
+        ours.send("go")
+        assert ours.poll(WAIT), "the child sent no report"
+        kind, report = ours.recv()
+        assert kind == "report", report
+        child.join(WAIT)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    reports = [line for line in out.splitlines() if line.startswith("report ")]
-    assert reports, f"the child ended (code {process.returncode}) without a report: {out!r}"
-    return json.loads(reports[0].removeprefix("report "))
+        if child.is_alive():
+            child.kill()
+            child.join()
+    return report
 
 
 def assert_saved_and_closed(report: Any, store: Store, where: ChildStore) -> None:
@@ -544,7 +539,7 @@ class TestIfSavingFails:
         @tool
         def second() -> str:
             """Returns after first."""
-            first_done.wait(10)
+            first_done.wait(WAIT)
             ran.append("second")
             return "two"
 

@@ -20,6 +20,7 @@ from alpineagents.state import MODEL_STOPPED, UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, hold, reply, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
+WAIT = 120.0  # seconds an awaited event may take on a loaded machine: a safety net, not a measure
 
 
 class Child:
@@ -51,7 +52,7 @@ class Child:
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
-        assert self.process.wait(10) == -signal.SIGKILL
+        assert self.process.wait(WAIT) == -signal.SIGKILL
 
 
 @pytest.fixture

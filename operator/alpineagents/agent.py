@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import inspect
 import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from . import model as _model
+from .interrupts import SignalsStopTheRun
 from .messages import Message, excerpt
 from .permissions import AskPerson, Policy, allow_all
 from .state import State, ToolCall, error_text
@@ -65,39 +67,44 @@ class Agent:
 
         Returns ``None`` when the run stops without an answer (``state.stopped`` says
         why: ``"max_turns"`` or ``"waiting_for_approval"``). Any exception ends the run
-        the usual way: calls without a result are closed and the State is saved.
+        the usual way: calls without a result are closed and the State is saved. Ctrl+C,
+        or an exception raised by a SIGTERM handler, is taken at the run's next step
+        (never in the middle of a save) and raised once the State is saved.
         """
-        if self.store is not None and self.store.is_async_only:
-            raise TypeError(
-                f"{type(self.store).__name__} is async-only: run this Agent with "
-                f"'await agent.arun(state)'"
-            )
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise RuntimeError(
-                "Agent.run() cannot be called from async code: use 'await agent.arun(state)'"
-            )
-        loop = asyncio.new_event_loop()
-        task = loop.create_task(self._run(state, sync_saves=True))
-        try:
-            try:
-                return loop.run_until_complete(task)
-            except BaseException as interrupt:
-                if task.done():
+        loop: asyncio.AbstractEventLoop | None = None
+        task: asyncio.Task[str | None] | None = None
+        stop: SignalsStopTheRun | None = None
+        try:  # from the first line on: a Ctrl+C before the handlers are in place is caught below
+            stop = SignalsStopTheRun(state)
+            with stop:
+                self._refuse_sync_run()
+                loop = asyncio.new_event_loop()
+                task = loop.create_task(self._run(state, sync_saves=True))
+                stop.cancels(loop, task)
+                answer = loop.run_until_complete(task)
+        except BaseException as error:
+            if task is None or not task.done():
+                if not isinstance(error, _INTERRUPTS):
                     raise
-                # A signal handler raised (Ctrl+C, SystemExit) while the loop waited: let
-                # the run close its calls with that reason and save, then raise it.
-                state._interrupt = interrupt
-                task.cancel()
+                # Raised outside the run's steps (before they began, or by a signal handler
+                # while the loop waited): the steps close the calls with it, save, and end.
+                state._interrupt = error
+                loop = loop or asyncio.new_event_loop()
+                task = task or loop.create_task(self._run(state, sync_saves=True))
+                loop.call_soon(task.cancel)  # after the task's first step, so that it runs
                 with contextlib.suppress(BaseException):
                     loop.run_until_complete(task)
                 raise
+            if stop is not None and stop.raised is not None:
+                raise stop.raised from None
+            raise
         finally:
             state._interrupt = None
-            loop.close()
+            if loop is not None:
+                loop.close()
+        if stop.raised is not None:
+            raise stop.raised  # it came after the run's last step: the State is saved
+        return answer
 
     async def arun(self, state: State) -> str | None:
         """Async ``run``. Cancel the task to stop it: calls are closed and the State is saved."""
@@ -109,21 +116,21 @@ class Agent:
             raise ValueError(f"State {state.id!r} has no messages: give it a first message")
         if state._running:
             raise RuntimeError(f"State {state.id!r} is already running")
-        loop = asyncio.get_running_loop()
-        state._running, state._sync_saves, state._save_lock = True, sync_saves, asyncio.Lock()
-
-        def save_soon() -> None:  # called from any thread by State.send
-            loop.call_soon_threadsafe(self._save_soon, state)
-
-        state._on_send = save_soon
-        client_token = _run_client.set(self._client or _model.default_client())
+        with state._lock:
+            state._running, state._sync_saves, state._save_lock = True, sync_saves, asyncio.Lock()
+            state._run_loop = asyncio.get_running_loop()
+            state._on_send = functools.partial(self._save_soon, state)
+        client_token: contextvars.Token[Any] | None = None
         try:
-            await self._save(state)  # run starts; refuses a new State whose id is taken
             try:
+                client_token = _run_client.set(self._client or _model.default_client())
+                await self._save(state)  # run starts; refuses a new State whose id is taken
                 stopped = await self._steps(state)
                 if state.stopped != stopped:
                     state._add("stop", f"stopped: {stopped}", {"reason": stopped})
             except BaseException as error:
+                if error is state._save_error and not state.saved_entries:
+                    raise  # the store refused the new State: nothing of it is saved to close
                 reason = state._interrupt or error
                 state._close_open_turn(reason)
                 kind = "interrupted" if isinstance(reason, _INTERRUPTS) else "error"
@@ -135,16 +142,31 @@ class Agent:
                 try:
                     await self._save(state)
                 except Exception as save_error:
-                    if error is not state._save_error:
-                        error.add_note(f"saving the state also failed: {error_text(save_error)}")
+                    if reason is not state._save_error:
+                        reason.add_note(f"saving the state also failed: {error_text(save_error)}")
                 raise
             await self._save(state)  # run ends
             return state.answer
         finally:
-            state._running, state._on_send, state._save_error = False, None, None
-            if self._client is None:
-                await _model.close(_run_client.get())
-            _run_client.reset(client_token)
+            await self._end(state, client_token)
+
+    async def _end(self, state: State, client_token: contextvars.Token[Any] | None) -> None:
+        """After a run: save what was sent after its last save, wake every sender, close."""
+        with state._lock:
+            state._running, state._run_loop, state._on_send = False, None, None
+        try:
+            if state._sends:
+                with contextlib.suppress(Exception):  # the senders get the error
+                    await self._save(state)
+        finally:
+            state._settle_sends(
+                RuntimeError(f"the run of State {state.id!r} ended before the message was saved")
+            )
+            state._save_error = None
+            if client_token is not None:
+                if self._client is None:
+                    await _model.close(_run_client.get())
+                _run_client.reset(client_token)
 
     async def _steps(self, state: State) -> str:
         turns = 0
@@ -271,18 +293,40 @@ class Agent:
                 f"State {state.id!r} is saved in {state._store!r}; this Agent has no store"
             )
 
+    def _refuse_sync_run(self) -> None:
+        if self.store is not None and self.store.is_async_only:
+            raise TypeError(
+                f"{type(self.store).__name__} is async-only: run this Agent with "
+                f"'await agent.arun(state)'"
+            )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "Agent.run() cannot be called from async code: use 'await agent.arun(state)'"
+            )
+
     async def _save(self, state: State) -> None:
         if self.store is None:
             return
+        upto = len(state.history)
         try:
             if state._sync_saves:
                 self.store.save(state)
             else:
-                async with state._save_lock:
-                    await self.store.asave(state)
+                await _to_the_end(self._locked_asave(state))
         except Exception as error:
             state._save_error = error
+            state._settle_sends(error, upto)
             raise
+        state._settle_sends()
+
+    async def _locked_asave(self, state: State) -> None:
+        assert self.store is not None
+        async with state._save_lock:
+            await self.store.asave(state)
 
     def _save_soon(self, state: State) -> None:
         async def save() -> None:
@@ -384,6 +428,22 @@ def _compaction_cut(messages: list[Message]) -> int:
         ):
             return index
     return 0
+
+
+async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
+    """Await ``work``; if cancelled meanwhile, let it finish first, then raise the cancel.
+
+    A save cancelled half-way would keep writing unseen: the closing save would send its
+    entries again, and a create would be refused as taken.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: the closing save raises what still fails
+        raise
 
 
 async def _on_daemon_thread(function: Callable[..., Any], arguments: dict[str, Any]) -> Any:

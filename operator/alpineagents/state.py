@@ -9,6 +9,9 @@ same State.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -129,7 +132,12 @@ class State:
         self._saved_info: dict[str, Any] | None = None
         self._lock = threading.RLock()
         self._running = False
+        # Set by the Agent for the length of one run: the run's event loop, and what
+        # saves soon on it (called there by send).
+        self._run_loop: asyncio.AbstractEventLoop | None = None
         self._on_send: Callable[[], None] | None = None
+        # Senders waiting for their message to be saved: (its seq, woken when saved).
+        self._sends: list[tuple[int, concurrent.futures.Future[None]]] = []
         # Set by the Agent for the length of one run.
         self._interrupt: BaseException | None = None
         self._sync_saves = False
@@ -183,22 +191,69 @@ class State:
     def send(self, message: Message | str) -> Entry:
         """Send a message to this State, also while it runs (from any thread).
 
-        While a turn is open the message is saved at once as waiting, and joins
-        ``messages`` after the reply or the results it was waiting for.
+        While a run is live, the message is saved as ``waiting`` and ``send`` returns once
+        that save is done, so a process killed after ``send`` returned still has it. It
+        joins ``messages`` after the reply or the results it waits for. If the save fails,
+        ``send`` raises the store's exception; the message stays in the State and the
+        next save writes it. On the run's own event loop (an async tool) ``send`` would
+        wait for itself: use ``await state.asend(message)`` there.
+
+        With no live run the message joins ``messages`` at once; the next run's first
+        save (or ``store.save(state)``) saves it.
         """
+        entry, saved = self._send(message, blocking=True)
+        if saved is not None:
+            saved.result()
+        return entry
+
+    async def asend(self, message: Message | str) -> Entry:
+        """``send`` for async code: while a run is live, returns once the message is saved."""
+        entry, saved = self._send(message, blocking=False)
+        if saved is not None:
+            await asyncio.wrap_future(saved)
+        return entry
+
+    def _send(
+        self, message: Message | str, *, blocking: bool
+    ) -> tuple[Entry, concurrent.futures.Future[None] | None]:
         if isinstance(message, str):
             message = Message.user(message)
         with self._lock:
-            if self._running:
-                entry = self._add(
-                    "waiting", "waiting: " + _message_text(message), {"message": message.to_dict()}
+            loop, save_soon = self._run_loop, self._on_send
+            if not self._running or loop is None or save_soon is None:
+                data = {"message": message.to_dict()}
+                return self._add("message", _message_text(message), data), None
+            if blocking and _running_loop() is loop:
+                raise RuntimeError(
+                    f"State.send() on the event loop running State {self.id!r} would wait "
+                    f"for itself: use 'await state.asend(message)' in async code"
                 )
-            else:
-                entry = self._add("message", _message_text(message), {"message": message.to_dict()})
-            notify = self._on_send
-        if notify is not None:
-            notify()
-        return entry
+            entry = self._add(
+                "waiting", "waiting: " + _message_text(message), {"message": message.to_dict()}
+            )
+            saved: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._sends.append((entry.seq, saved))
+        # A closed loop: the run's end has saved this send already, or failed it.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(save_soon)
+        return entry, saved
+
+    def _settle_sends(self, error: BaseException | None = None, upto: int | None = None) -> None:
+        """Wake the senders whose message is saved now.
+
+        With ``error``, also those whose message a failed save tried to write (entries
+        below ``upto``; all when ``upto`` is None): they raise ``error``.
+        """
+        with self._lock:
+            waiting = []
+            for seq, saved in self._sends:
+                if seq < self._saved:
+                    _settle(saved, None)
+                elif error is not None and (upto is None or seq < upto):
+                    _settle(saved, error)
+                else:
+                    waiting.append((seq, saved))
+            self._sends = waiting
 
     def approve(self, call_id: str, allow: bool, *, note: str = "") -> Entry:
         """Record a person's answer to a permission ask; the next run acts on it."""
@@ -218,10 +273,17 @@ class State:
 
     # ----------------------------------------------------------------- the event log
     def _add(
-        self, kind: str, text: str, data: dict[str, Any], error: BaseException | None = None
+        self,
+        kind: str,
+        text: str,
+        data: dict[str, Any],
+        error: BaseException | None = None,
+        *,
+        time: datetime | None = None,
     ) -> Entry:
         with self._lock:
-            entry = Entry(len(self.history), kind, datetime.now(UTC), text, data, error)
+            when = time or datetime.now(UTC)
+            entry = Entry(len(self.history), kind, when, text, data, error)
             self.history.append(entry)
             self._replay(entry)
             return entry
@@ -293,6 +355,8 @@ class State:
         outcome: Outcome,
         content: str | list[dict[str, Any]],
         error: BaseException | None = None,
+        *,
+        time: datetime | None = None,
     ) -> Entry:
         text = content if isinstance(content, str) else Message.user(content).text or "[content]"
         return self._add(
@@ -300,30 +364,34 @@ class State:
             excerpt(text),
             {"call_id": call.id, "name": call.name, "outcome": outcome, "content": content},
             error,
+            time=time,
         )
 
-    def _join_waiting(self) -> None:
+    def _join_waiting(self, *, time: datetime | None = None) -> None:
         for seq, message in list(self._waiting):
-            self._add("joined", "joined: " + _message_text(message), {"waiting_seq": seq})
+            data = {"waiting_seq": seq}
+            self._add("joined", "joined: " + _message_text(message), data, time=time)
 
     def _close_open_turn(self, reason: BaseException | None) -> None:
         """Close what a stopped run left open, with entries of its own.
 
         ``reason`` is the exception that ends a live run; ``None`` means the process was
-        killed and we only know what was saved.
+        killed and we only know what was saved. Then the entries are a pure function of
+        the saved ones, stamped with the time of the last, so every load of one save
+        gives the same State.
         """
         with self._lock:
+            time = self.history[-1].time if reason is None and self.history else None
             if self._request_open:
                 text = MODEL_STOPPED if reason is None else aborted_text(reason)
-                self._add("model_error", text, {"error": text}, reason)
+                self._add("model_error", text, {"error": text}, reason, time=time)
             for call in self.pending_calls:
                 if call.id in self._asked and call.id not in self._answered:
                     continue  # never ran: it waits for a person, not for a result
-                self._add_result(
-                    call, "aborted", UNKNOWN_RESULT if reason is None else aborted_text(reason)
-                )
+                content = UNKNOWN_RESULT if reason is None else aborted_text(reason)
+                self._add_result(call, "aborted", content, time=time)
             if not self.pending_calls:
-                self._join_waiting()
+                self._join_waiting(time=time)
 
     # ----------------------------------------------------------------- persistence
     def _info(self) -> dict[str, Any]:
@@ -363,6 +431,22 @@ class State:
 
     def __repr__(self) -> str:
         return f"State(id={self.id!r}, entries={len(self.history)}, stopped={self.stopped!r})"
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _settle(saved: concurrent.futures.Future[None], error: BaseException | None) -> None:
+    # Already cancelled: the task of an asend was cancelled, and nobody waits any more.
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if error is None:
+            saved.set_result(None)
+        else:
+            saved.set_exception(error)
 
 
 def _message_text(message: Message) -> str:

@@ -1,16 +1,17 @@
 """A child process that pauses a run at one instant of its first moments, for a real Ctrl+C.
 
-Usage: python -m tests.agents.interrupt_child STORE STATE_ID INSTANT MODE
+Forked by ``tests.bench.forked.start(main, connection, store_url, state_id, instant, mode)``:
 
-- STORE: a store URL (``alpineagents.store_url.open_store``), or ``memory`` for a MemoryStore
-  of the child's own (the spec page's; only the child can look into it, so it reports).
-- INSTANT: where the run pauses (see ``INSTANTS``). There the child prints ``at INSTANT``
-  and waits for a line on stdin: the parent sends SIGINT, then that line.
-- MODE: ``run`` (``agent.run``) or ``arun`` (``asyncio.run(agent.arun(...))``).
+- ``store_url``: a store URL (``alpineagents.store_url.open_store``), or ``memory`` for a
+  MemoryStore of the child's own (the spec page's; only the child can look into it, so it
+  reports what it holds).
+- ``instant``: where the run pauses (see ``INSTANTS``). There the child sends
+  ``("at", instant)`` and waits for a message: the test sends SIGINT, then the message.
+- ``mode``: ``run`` (``agent.run``) or ``arun`` (``asyncio.run(agent.arun(...))``).
 
-When the run has raised (or returned), the child prints one JSON line, ``report {...}``:
-what it raised, its State's history kinds, how many entries its store has, and whether a
-fresh load of the State equals it.
+When the run has raised (or returned), the child sends a report (a dict): what it
+raised, its State's history kinds, how many entries its store has, and whether a fresh
+load of the State equals it.
 
 The pause is a profile hook (``sys.setprofile``/``threading.setprofile``): it only watches
 which function is called and waits there; everything else is the library's own code.
@@ -19,10 +20,10 @@ which function is called and waits there; everything else is the library's own c
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import threading
+from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
@@ -43,11 +44,12 @@ INSTANTS = {
 class PauseAt:
     """A profile hook that stops the thread at the first moment ``instant`` happens."""
 
-    def __init__(self, instant: str, agent: Agent, store: Store) -> None:
+    def __init__(self, instant: str, store: Store, connection: Connection) -> None:
         if instant not in INSTANTS:
-            raise SystemExit(f"unknown instant {instant!r}: one of {', '.join(INSTANTS)}")
+            raise ValueError(f"unknown instant {instant!r}: one of {', '.join(INSTANTS)}")
         self.instant = instant
         self.store = store
+        self.connection = connection
         self.run_codes = {Agent.run.__code__, Agent.arun.__code__}
         self.done = False
         self.lock = threading.Lock()
@@ -61,8 +63,8 @@ class PauseAt:
             self.done = True
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
-        print(f"at {self.instant}", flush=True)
-        sys.stdin.readline()  # the parent sends SIGINT, then this line
+        self.connection.send(("at", self.instant))
+        self.connection.recv()  # the test sends SIGINT, then this message
 
     def matches(self, frame: FrameType, event: str, arg: Any) -> bool:
         name = frame.f_code.co_name
@@ -70,11 +72,8 @@ class PauseAt:
         if self.instant == "run":
             if event == "c_call":
                 return frame.f_code in self.run_codes
-            return (
-                event == "call"
-                and frame.f_back is not None
-                and (frame.f_back.f_code in self.run_codes)
-            )
+            caller = frame.f_back
+            return event == "call" and caller is not None and caller.f_code in self.run_codes
         if self.instant == "client":
             return event == "call" and name == "default_client"
         if self.instant == "save":
@@ -86,12 +85,11 @@ class PauseAt:
         return event == "return" and own and name == "write"  # "written"
 
 
-def main() -> None:
-    url, state_id, instant, mode = sys.argv[1:5]
-    store: Store = memory_store_class()() if url == "memory" else open_store(url)
+def main(connection: Connection, store_url: str, state_id: str, instant: str, mode: str) -> None:
+    store: Store = memory_store_class()() if store_url == "memory" else open_store(store_url)
     agent = Agent(model="claude-sonnet-5", store=store, max_tokens=1024)
     state = State(id=state_id, messages=[Message.user("Write the nightly report")])
-    pause = PauseAt(instant, agent, store)
+    pause = PauseAt(instant, store, connection)
     threading.setprofile(pause)  # type: ignore[arg-type]
     sys.setprofile(pause)
     raised = None
@@ -121,8 +119,4 @@ def main() -> None:
             "kinds": [e.kind for e in loaded.history],
             "closing": len(loaded.history) - loaded.saved_entries,
         }
-    print("report " + json.dumps(report), flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    connection.send(("report", report))
