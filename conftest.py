@@ -8,4 +8,5 @@ pytest_plugins: list[str] = [
     "tests.bench.runner_process",
     "tests.bench.helm",
     "tests.bench.stores",
+    "tests.bench.small_fs",
 ]

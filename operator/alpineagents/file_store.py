@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
 
+from .state import check_id, error_text
 from .store import Record, StateInfo, Store
 
 _HISTORY = "history.jsonl"
@@ -67,10 +68,17 @@ class FileStore(Store):
         path = self._path(state_id)
         try:
             raw = (path / _HISTORY).read_bytes()
-            info = json.loads((path / _INFO).read_bytes())
+            raw_info = (path / _INFO).read_bytes()
         except FileNotFoundError:
             return None
-        return Record(_parse(raw), info)
+        damaged = f"State {state_id!r} in {self!r} is damaged"
+        try:
+            info = json.loads(raw_info)
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):
+            raise ValueError(f"{damaged}: {path / _INFO} is not a JSON object")
+        return Record(_parse(raw, damaged, path / _HISTORY), info)
 
     def list(self) -> builtins.list[StateInfo]:
         infos = []
@@ -80,9 +88,9 @@ class FileStore(Store):
                     continue
                 try:
                     info = json.loads((child / _INFO).read_bytes())
-                except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-                    continue
-                infos.append(StateInfo.from_info(unquote(child.name), info))
+                    infos.append(StateInfo.from_info(unquote(child.name), info))
+                except (OSError, ValueError, TypeError, AttributeError):
+                    continue  # not a State, or a damaged one: it does not hide the others
         oldest = datetime.min.replace(tzinfo=UTC)
         return sorted(infos, key=lambda i: i.updated_at or oldest, reverse=True)
 
@@ -127,8 +135,7 @@ class FileStore(Store):
 
 def encode_id(state_id: str) -> str:
     """A file name for ``state_id`` that cannot escape its folder (no ``/``, ``..`` or NUL)."""
-    if not state_id:
-        raise ValueError("a State id must not be empty")
+    check_id(state_id)
     name = quote(state_id, safe="-_").replace(".", "%2E")
     if len(name.encode()) > 255:
         raise ValueError(
@@ -148,11 +155,20 @@ def _lines(entries: list[dict[str, Any]]) -> bytes:
     return b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in entries)
 
 
-def _parse(raw: bytes) -> list[dict[str, Any]]:
+def _parse(raw: bytes, damaged: str, path: Path) -> list[dict[str, Any]]:
+    """The entries of the history file at ``path``; a line that is not a JSON entry raises
+    ``ValueError`` starting with ``damaged``."""
     entries = []
-    for line in raw.split(b"\n")[:-1]:  # the part after the last newline is a torn write
+    for number, line in enumerate(raw.split(b"\n")[:-1], 1):  # after the last newline: torn
         if line.strip():
-            entries.append(json.loads(line))
+            try:
+                entry = json.loads(line)
+                int(entry["seq"])
+            except (ValueError, TypeError, KeyError) as error:
+                raise ValueError(
+                    f"{damaged}: line {number} of {path} is not a JSON entry ({error_text(error)})"
+                ) from None
+            entries.append(entry)
     return entries
 
 

@@ -159,6 +159,8 @@ _MERGE_GROWTH = 2.0  # an older segment joins a merge while at most this times t
 _FETCH_THREADS = 8
 _MIN_PART = 5 << 20  # S3's smallest multipart part; minio's put_object needs at least this
 _READ_ATTEMPTS = 3  # a read re-lists when a merge deletes a segment under it
+_MAX_KEY = 1024  # bytes of an S3 object key
+_LONGEST_IN_FOLDER = len("h-0123456789abcdef/000000000000-000000000000-0000000000.jsonl")
 _TRANSIENT_CODES = {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"}
 
 # The deadline of the operation running on this thread, read by _BoundedPool.
@@ -404,14 +406,23 @@ class MinioStore(Store):
             committed = int(doc["committed"])
             listed = self._list_segments(folder, str(doc["incarnation"]), deadline)
             live = _live(listed, committed, int(doc["epoch"]))
+            damaged = f"State {state_id!r} in {self!r} is damaged"
             try:
                 self._fetch(live, fetched, deadline)
             except _Vanished:
                 continue  # a merge replaced a segment between our listing and our GET
+            except ValueError as error:
+                raise ValueError(f"{damaged}: {error}") from None
             entries = _pick(((s, fetched[s.key]) for s in live), committed)
-            if len(entries) == committed or attempt == _READ_ATTEMPTS - 1:
+            if len(entries) == committed:
                 self._remember_read(state_id, doc, etag)
-                return Record([json.loads(line) for _, line in entries], dict(doc["info"]))
+                return Record(_entries(entries, damaged), dict(doc["info"]))
+            if attempt == _READ_ATTEMPTS - 1:  # listed again each time: not a merge race
+                missing = sorted(set(range(committed)) - {seq for seq, _ in entries})
+                raise ValueError(
+                    f"{damaged}: {committed} entries are committed, but its segments lack "
+                    f"{len(missing)} of them (seqs {missing[:5]}...)"
+                )
         raise StoreUnavailableError(
             f"State {state_id!r} in {self!r} kept changing while it was read; try again"
         )
@@ -953,7 +964,15 @@ class MinioStore(Store):
             return self._locks.setdefault(state_id, threading.Lock())
 
     def _folder(self, state_id: str) -> str:
-        return f"{self.prefix}{encode_id(state_id)}/"
+        folder = f"{self.prefix}{encode_id(state_id)}/"
+        longest = len(folder.encode()) + _LONGEST_IN_FOLDER
+        if longest > _MAX_KEY:
+            raise ValueError(
+                f"State id {state_id[:40]!r}... is too long for a MinioStore: its keys would "
+                f"take {longest} bytes, and S3 keys take at most {_MAX_KEY} (with the prefix "
+                f"{self.prefix!r})"
+            )
+        return folder
 
 
 class _Vanished(Exception):
@@ -991,17 +1010,35 @@ def _new_entries(
 
 
 def _parse_lines(segment: _Segment, body: bytes) -> Lines:
+    if body and not body.endswith(b"\n"):  # every segment is written whole, line by line
+        raise ValueError(f"segment {segment.key} is not JSON lines: it ends mid-line (cut short)")
     lines: Lines = []
     for line in body.split(b"\n"):
         if line.strip():
             # Lines are written with seq first, so the seq is read without parsing the
             # entry (a load parses each entry once, a merge never).
             found = _SEQ_FIRST.match(line)
-            seq = int(found.group(1)) if found else int(json.loads(line)["seq"])
+            try:
+                seq = int(found.group(1)) if found else int(json.loads(line)["seq"])
+            except (ValueError, TypeError, KeyError) as error:
+                raise ValueError(f"segment {segment.key} is not JSON lines ({error})") from None
             if not segment.first <= seq <= segment.last:
-                raise ValueError(f"segment {segment.key} holds seq {seq}: damaged")
+                raise ValueError(
+                    f"segment {segment.key} holds seq {seq}, outside its {segment.first}-"
+                    f"{segment.last}"
+                )
             lines.append((seq, line))
     return lines
+
+
+def _entries(lines: Lines, damaged: str) -> builtins.list[dict[str, Any]]:
+    entries = []
+    for seq, line in lines:
+        try:
+            entries.append(json.loads(line))
+        except ValueError as error:
+            raise ValueError(f"{damaged}: entry {seq} is not JSON ({error})") from None
+    return entries
 
 
 def _line(entry: dict[str, Any]) -> tuple[int, bytes]:

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +35,29 @@ UNKNOWN_RESULT = (
     "have run. Check whether it took effect before running it again.)"
 )
 MODEL_STOPPED = "(process stopped while waiting for the model)"
+
+
+def check_id(state_id: object) -> str:
+    """``state_id`` if stores can keep it, else ``ValueError`` saying what is wrong.
+
+    The one place that knows the rule: a State id is non-empty text that is valid UTF-8,
+    without control characters (NUL, line breaks). Dots and slashes are fine: stores
+    encode ids, so none can leave its folder or prefix. Each store may limit the length.
+    """
+    if not isinstance(state_id, str) or not state_id:
+        raise ValueError("a State needs a non-empty string id")
+    try:
+        state_id.encode("utf-8")
+    except UnicodeEncodeError:
+        problem = "is not valid UTF-8 text"
+    else:
+        if not any(unicodedata.category(c) == "Cc" for c in state_id):
+            return state_id
+        problem = "has a control character (NUL, a line break, ...)"
+    raise ValueError(
+        f"State id {state_id!r} {problem}: use printable text, such as letters, digits, "
+        f"'-', '_' and '.'"
+    )
 
 
 def aborted_text(reason: BaseException) -> str:
@@ -110,9 +134,7 @@ class State:
         *,
         parent_id: str | None = None,
     ) -> None:
-        if not isinstance(id, str) or not id:
-            raise ValueError("a State needs a non-empty string id")
-        self.id = id
+        self.id = check_id(id)
         self.parent_id = parent_id
         self.history: list[Entry] = []
         self.messages: list[Message] = []

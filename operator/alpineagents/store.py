@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
-from .state import READABLE_FORMATS, State
+from .state import READABLE_FORMATS, State, check_id
 
 T = TypeVar("T")
 
@@ -147,10 +147,10 @@ class Store:
         If it was saved in the middle of a turn, the turn is closed with entries of
         its own (written by the next save). Raises ``LookupError`` for an unknown id.
         """
-        return self._loaded(state_id, self.read(state_id))
+        return self._loaded(state_id, self.read(check_id(state_id)))
 
     async def aload(self, state_id: str) -> State:
-        return self._loaded(state_id, await self.aread(state_id))
+        return self._loaded(state_id, await self.aread(check_id(state_id)))
 
     def save(self, state: State) -> None:
         """Write what the store does not have of ``state`` yet; nothing if nothing changed."""

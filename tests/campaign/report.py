@@ -52,28 +52,57 @@ class ReliabilityReport:
     command: str
     kill_fuzz: list[Totals] = field(default_factory=list)
     sections: dict[str, str] = field(default_factory=dict)
+    bad_input: dict[str, str] = field(default_factory=dict)
+    """What a user sees for each bad input (the error message, or what happens)."""
 
     def add_section(self, title: str, markdown: str) -> None:
         self.sections[title] = markdown
 
     def write(self, page: Path = PAGE) -> None:
-        if not self.kill_fuzz and not self.sections:
+        """Rewrite the sections this session ran; keep the others and the operator part."""
+        produced = self.sections_produced()
+        if not produced:
             return
+        old = page.read_text(encoding="utf-8") if page.exists() else ""
         operator_part = OPERATOR_MARKER + "\n\n" + OPERATOR_PLACEHOLDER
-        if page.exists():
-            old = page.read_text(encoding="utf-8")
-            if OPERATOR_MARKER in old:
-                operator_part = old[old.index(OPERATOR_MARKER) :]
+        if OPERATOR_MARKER in old:
+            operator_part = old[old.index(OPERATOR_MARKER) :]
+            old = old[: old.index(OPERATOR_MARKER)]
+        sections = _sections(old)
+        sections.update(produced)
+        body = "\n".join(f"## {title}\n\n{text.strip()}\n" for title, text in sections.items())
         page.parent.mkdir(parents=True, exist_ok=True)
-        page.write_text(self.render() + "\n" + operator_part.rstrip() + "\n", encoding="utf-8")
+        page.write_text(
+            self.header() + "\n" + body + "\n" + operator_part.rstrip() + "\n", encoding="utf-8"
+        )
 
-    def render(self) -> str:
+    def sections_produced(self) -> dict[str, str]:
+        produced = {}
+        if self.kill_fuzz:
+            produced["Kill fuzzing of the library"] = "\n".join(self._kill_fuzz())
+        produced.update(self.sections)
+        if self.bad_input:
+            rows = [f"| {what} | {_cell(seen)} |" for what, seen in sorted(self.bad_input.items())]
+            produced["Bad input"] = "\n".join(
+                [
+                    "Each bad input gets a clear error naming the thing (or is handled safely),",
+                    "and the other States of the store still load and list as they were.",
+                    "",
+                    "| input | what the user sees |",
+                    "|---|---|",
+                    *rows,
+                ]
+            )
+        return produced
+
+    def header(self) -> str:
         lines = [
             "# Reliability: the fault campaign",
             "",
             "Written by the campaign itself (`tests/test_campaign.py`), the runtime half of",
             "issue 13: real processes, real signals, a real filesystem running out of space,",
-            "and the scripted model server recording every request. Do not edit by hand.",
+            "and the scripted model server recording every request. Do not edit by hand: each",
+            "run rewrites the sections it ran and keeps the others.",
             "",
             f"- Seed: **{self.seed}**. Run again: `{self.command}`",
             f"- Machine: {platform.system()} {platform.machine()}, Python "
@@ -82,16 +111,10 @@ class ReliabilityReport:
             "  which step of a run an instant hits depends on the machine's speed.",
             "",
         ]
-        if self.kill_fuzz:
-            lines += self._kill_fuzz()
-        for title, markdown in self.sections.items():
-            lines += [f"## {title}", "", markdown.rstrip(), ""]
         return "\n".join(lines)
 
     def _kill_fuzz(self) -> list[str]:
         lines = [
-            "## Kill fuzzing of the library",
-            "",
             "Each run has 2-3 rounds; each round makes the model call a tool 2-3 times at",
             "once (0-150 ms of work each; one call in four sends a message while the run",
             "is live). A child process (forked from a server that has imported the library)",
@@ -122,3 +145,21 @@ class ReliabilityReport:
             lines.append(f"| {name} | {meaning} | {counts} |")
         lines += ["", "Every check held: a broken one fails the campaign at once.", ""]
         return lines
+
+
+def _sections(text: str) -> dict[str, str]:
+    """The ``## `` sections of a page, by title, in order."""
+    sections: dict[str, str] = {}
+    title = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            title = line[3:].strip()
+            sections[title] = ""
+        elif title is not None:
+            sections[title] += line + "\n"
+    return sections
+
+
+def _cell(text: str) -> str:
+    """``text`` fit for one cell of a Markdown table."""
+    return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
