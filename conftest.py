@@ -5,6 +5,7 @@ pytest_plugins: list[str] = [
     "tests.bench.control_plane",
     "tests.bench.pod_runner",
     "tests.bench.model",
+    "tests.bench.mcp_server",
     "tests.bench.runner_process",
     "tests.bench.helm",
     "tests.bench.stores",

@@ -41,7 +41,7 @@ from tests.bench.minio_server import S3Server, start_minio  # noqa: E402
 from tests.bench.seaweedfs_server import start_seaweedfs  # noqa: E402
 
 from alpineagents import FileStore, Message, State  # noqa: E402
-from alpineagents.minio_store import MinioStore, StoreUnavailableError  # noqa: E402
+from alpineagents.store.s3 import MinioStore, StoreUnavailableError  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "minio_store.md"
 TEXT = "The build of service {n} finished; 3 warnings in the linker step, all tests green."

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from alpineagents.store_url import open_store
+from alpineagents import open_store
 from alpineagents.testing import ModelServer
 from tests.bench.control_plane import ControlPlane
 from tests.bench.infra import free_port

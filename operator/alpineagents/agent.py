@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
-import functools
 import inspect
 import json
 import threading
@@ -16,9 +16,10 @@ from . import model as _model
 from .interrupts import SignalsStopTheRun
 from .messages import Message, excerpt
 from .permissions import AskPerson, Policy, allow_all
-from .state import State, ToolCall, error_text
-from .store import Store
+from .state import State, StopReason, ToolCall, error_text
+from .store.base import Store, check_owner
 from .tools import Tool, ToolOutput, as_tool, call, output
+from .toolsets import RunToolsets, Toolset
 
 # The State and call id of the tool call running in this context (for subagents).
 _current_call: contextvars.ContextVar[tuple[State, str]] = contextvars.ContextVar("current_call")
@@ -32,6 +33,8 @@ class Agent:
 
     ``run(state)`` (or ``await arun(state)``) loops over the steps ``think``,
     ``use_tools`` and ``compact`` until the model answers, and returns the answer.
+    ``tools`` takes tools and toolsets (``alpineagents.mcp.MCPServer``); a toolset's
+    tools are listed when a run first needs them and kept for the whole run.
     """
 
     def __init__(
@@ -39,7 +42,7 @@ class Agent:
         model: str,
         store: Store | None = None,
         *,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] = (),
         system: str | None = None,
         max_tokens: int = 8192,
         max_turns: int | None = None,
@@ -51,7 +54,11 @@ class Agent:
     ) -> None:
         self.model = model
         self.store = store
-        self.tools = {t.name: t for t in map(as_tool, tools)}
+        given = list(tools)
+        self.toolsets = [t for t in given if isinstance(t, Toolset)]
+        self.tools = {
+            t.name: t for t in map(as_tool, (t for t in given if not isinstance(t, Toolset)))
+        }
         self.system = system
         self.max_tokens = max_tokens
         self.max_turns = max_turns
@@ -73,13 +80,15 @@ class Agent:
         """
         loop: asyncio.AbstractEventLoop | None = None
         task: asyncio.Task[str | None] | None = None
+        hold: _Run | None = None
         stop: SignalsStopTheRun | None = None
         try:  # from the first line on: a Ctrl+C before the handlers are in place is caught below
-            stop = SignalsStopTheRun(state)
+            hold = _Run(self, state, sync_saves=True)
+            stop = SignalsStopTheRun(hold)
             with stop:
                 self._refuse_sync_run()
                 loop = asyncio.new_event_loop()
-                task = loop.create_task(self._run(state, sync_saves=True))
+                task = loop.create_task(self._run(state, hold))
                 stop.cancels(loop, task)
                 answer = loop.run_until_complete(task)
         except BaseException as error:
@@ -88,9 +97,10 @@ class Agent:
                     raise
                 # Raised outside the run's steps (before they began, or by a signal handler
                 # while the loop waited): the steps close the calls with it, save, and end.
-                state._interrupt = error
+                hold = hold or _Run(self, state, sync_saves=True)
+                hold.interrupt = error
                 loop = loop or asyncio.new_event_loop()
-                task = task or loop.create_task(self._run(state, sync_saves=True))
+                task = task or loop.create_task(self._run(state, hold))
                 loop.call_soon(task.cancel)  # after the task's first step, so that it runs
                 with contextlib.suppress(BaseException):
                     loop.run_until_complete(task)
@@ -99,7 +109,6 @@ class Agent:
                 raise stop.raised from None
             raise
         finally:
-            state._interrupt = None
             if loop is not None:
                 loop.close()
         if stop.raised is not None:
@@ -108,33 +117,33 @@ class Agent:
 
     async def arun(self, state: State) -> str | None:
         """Async ``run``. Cancel the task to stop it: calls are closed and the State is saved."""
-        return await self._run(state, sync_saves=False)
+        return await self._run(state, _Run(self, state, sync_saves=False))
 
-    async def _run(self, state: State, *, sync_saves: bool) -> str | None:
-        self._claim(state)
+    async def _run(self, state: State, hold: _Run) -> str | None:
+        check_owner(self.store, state)
         if not state.history:
             raise ValueError(f"State {state.id!r} has no messages: give it a first message")
-        if state._running:
+        if state.active_run is not None:
             raise RuntimeError(f"State {state.id!r} is already running")
-        with state._lock:
-            state._running, state._sync_saves, state._save_lock = True, sync_saves, asyncio.Lock()
-            state._run_loop = asyncio.get_running_loop()
-            state._on_send = functools.partial(self._save_soon, state)
+        hold.loop = asyncio.get_running_loop()
+        state.active_run = hold
         client_token: contextvars.Token[Any] | None = None
         try:
             try:
+                # Inside the guard, like every instant of the run: building the client,
+                # the first save (which refuses a new State whose id is taken), the steps.
                 client_token = _run_client.set(self._client or _model.default_client())
-                await self._save(state)  # run starts; refuses a new State whose id is taken
+                await self._save(state)
                 stopped = await self._steps(state)
                 if state.stopped != stopped:
-                    state._add("stop", f"stopped: {stopped}", {"reason": stopped})
+                    state.add("stop", f"stopped: {stopped}", {"reason": stopped})
             except BaseException as error:
-                if error is state._save_error and not state.saved_entries:
+                if error is hold.save_error and not state.saved_entries:
                     raise  # the store refused the new State: nothing of it is saved to close
-                reason = state._interrupt or error
-                state._close_open_turn(reason)
-                kind = "interrupted" if isinstance(reason, _INTERRUPTS) else "error"
-                state._add(
+                reason = hold.interrupt or error
+                state.close_open_turn(reason)
+                kind: StopReason = "interrupted" if isinstance(reason, _INTERRUPTS) else "error"
+                state.add(
                     "stop",
                     f"stopped: {error_text(reason)}",
                     {"reason": kind, "error": error_text(reason)},
@@ -142,33 +151,32 @@ class Agent:
                 try:
                     await self._save(state)
                 except Exception as save_error:
-                    if reason is not state._save_error:
+                    if reason is not hold.save_error:
                         reason.add_note(f"saving the state also failed: {error_text(save_error)}")
                 raise
             await self._save(state)  # run ends
             return state.answer
         finally:
-            await self._end(state, client_token)
+            await self._end(state, hold, client_token)
 
-    async def _end(self, state: State, client_token: contextvars.Token[Any] | None) -> None:
+    async def _end(
+        self, state: State, hold: _Run, client_token: contextvars.Token[Any] | None
+    ) -> None:
         """After a run: save what was sent after its last save, wake every sender, close."""
-        with state._lock:
-            state._running, state._run_loop, state._on_send = False, None, None
+        state.active_run = None
         try:
-            if state._sends:
+            if hold.unsaved_sends():
                 with contextlib.suppress(Exception):  # the senders get the error
                     await self._save(state)
         finally:
-            state._settle_sends(
-                RuntimeError(f"the run of State {state.id!r} ended before the message was saved")
-            )
-            state._save_error = None
+            hold.end()
+            await hold.toolsets.aclose()
             if client_token is not None:
                 if self._client is None:
                     await _model.close(_run_client.get())
                 _run_client.reset(client_token)
 
-    async def _steps(self, state: State) -> str:
+    async def _steps(self, state: State) -> StopReason:
         turns = 0
         while True:
             runnable = [c for c in state.pending_calls if c not in state.awaiting_approval]
@@ -177,7 +185,7 @@ class Agent:
                 continue
             if state.pending_calls:
                 return "waiting_for_approval"
-            state._join_waiting()
+            state.join_waiting()
             if not state.messages or state.messages[-1].role != "user":
                 return "answered"
             if self.max_turns is not None and turns >= self.max_turns:
@@ -189,19 +197,19 @@ class Agent:
     # ------------------------------------------------------------------ steps
     async def think(self, state: State) -> Message:
         """Ask the model for its next message, saving before and after."""
-        request = self._request(state.messages)
-        state._add("model_request", f"asking {self.model}", {"model": self.model})
+        request = self._request(state.messages, await self._tools(state))
+        state.add("model_request", f"asking {self.model}", {"model": self.model})
         await self._save(state)
         try:
             reply = await _model.ask(self._model_client(), request, self.retry)
         except Exception as error:
             # Taken back: the messages stay as they were, so the next think asks again.
-            state._add("model_error", error_text(error), {"error": error_text(error)}, error)
-            state._join_waiting()
+            state.add("model_error", error_text(error), {"error": error_text(error)}, error)
+            state.join_waiting()
             raise
         message = Message.assistant(reply.get("content", []))
         calls = ", ".join(b["name"] for b in message.tool_uses)
-        state._add(
+        state.add(
             "model_reply",
             f"{self.model} calls {calls}" if calls else f"{self.model}: {excerpt(message.text)}",
             {
@@ -212,18 +220,19 @@ class Agent:
             },
         )
         if not calls:
-            state._join_waiting()
+            state.join_waiting()
         await self._save(state)
         return message
 
     async def use_tools(self, state: State) -> None:
         """Run the pending tool calls concurrently, saving each result the moment it arrives."""
         runnable: list[tuple[ToolCall, Tool]] = []
+        tools = await self._tools(state)
         for pending in state.pending_calls:
-            tool = self.tools.get(pending.name)
+            tool = tools.get(pending.name)
             if tool is None:
-                known = ", ".join(sorted(self.tools)) or "none"
-                state._add_result(
+                known = ", ".join(sorted(tools)) or "none"
+                state.add_result(
                     pending, "error", f"(unknown tool {pending.name!r}; tools: {known})"
                 )
                 continue
@@ -231,13 +240,13 @@ class Agent:
             if allowed:
                 runnable.append((pending, tool))
             elif allowed is False:
-                state._add_result(
+                state.add_result(
                     pending, "refused", "(refused: the permission check did not allow this call)"
                 )
         await self._save(state)  # refusals and answers are saved before any tool runs
         await self._call_tools(state, runnable)
         if not state.pending_calls:
-            state._join_waiting()
+            state.join_waiting()
         await self._save(state)
 
     async def compact(self, state: State) -> None:
@@ -253,10 +262,10 @@ class Agent:
             "Summarize the conversation so far in a few paragraphs, keeping every fact, "
             "decision and open question needed to continue the work."
         )
-        request = self._request([*state.messages[:cut], ask_summary], with_tools=False)
+        request = self._request([*state.messages[:cut], ask_summary], {})
         reply = await _model.ask(self._model_client(), request, self.retry)
         summary = Message.assistant(reply.get("content", [])).text
-        state._add("compaction", f"compacted {cut} messages", {"summary": summary, "replaced": cut})
+        state.add("compaction", f"compacted {cut} messages", {"summary": summary, "replaced": cut})
         await self._save(state)
 
     def as_tool(self, name: str, description: str) -> Tool:
@@ -285,14 +294,6 @@ class Agent:
         return Tool(name, description, schema, run_subagent)
 
     # ------------------------------------------------------------------ internals
-    def _claim(self, state: State) -> None:
-        if self.store is not None:
-            self.store._claim(state)
-        elif state._store is not None:
-            raise ValueError(
-                f"State {state.id!r} is saved in {state._store!r}; this Agent has no store"
-            )
-
     def _refuse_sync_run(self) -> None:
         if self.store is not None and self.store.is_async_only:
             raise TypeError(
@@ -311,31 +312,34 @@ class Agent:
     async def _save(self, state: State) -> None:
         if self.store is None:
             return
-        upto = len(state.history)
+        hold = state.active_run
+        if not isinstance(hold, _Run):  # a step called outside a run, or the run's end
+            await self.store.asave(state)
+            return
         try:
-            if state._sync_saves:
+            if hold.sync_saves:
                 self.store.save(state)
             else:
-                await _to_the_end(self._locked_asave(state))
+                await _to_the_end(self._locked_asave(state, hold))
         except Exception as error:
-            state._save_error = error
-            state._settle_sends(error, upto)
+            hold.save_error = error
+            hold.settle_sends(error)
             raise
-        state._settle_sends()
+        hold.settle_sends()
 
-    async def _locked_asave(self, state: State) -> None:
+    async def _locked_asave(self, state: State, hold: _Run) -> None:
         assert self.store is not None
-        async with state._save_lock:
+        async with hold.save_lock:
             await self.store.asave(state)
 
-    def _save_soon(self, state: State) -> None:
+    def _save_soon(self, state: State, hold: _Run) -> None:
         async def save() -> None:
             with contextlib.suppress(Exception):  # the next step's save raises it
                 await self._save(state)
 
-        if state._running:
-            state._background.add(task := asyncio.ensure_future(save()))
-            task.add_done_callback(state._background.discard)
+        if state.active_run is hold:
+            hold.background.add(task := asyncio.ensure_future(save()))
+            task.add_done_callback(hold.background.discard)
 
     async def _permit(self, state: State, pending: ToolCall) -> bool | None:
         """True to run, False to refuse, None to leave waiting for a person."""
@@ -348,8 +352,8 @@ class Agent:
         if decision == "refuse":
             return False
         if self.ask is None:
-            if pending.id not in state._asked:
-                state._add(
+            if all(asked.id != pending.id for asked in state.awaiting_approval):
+                state.add(
                     "approval_request",
                     f"asks a person: {pending.name} {excerpt(json.dumps(pending.input), 120)}",
                     {"call_id": pending.id, "name": pending.name, "input": pending.input},
@@ -366,7 +370,7 @@ class Agent:
         try:
             for next_done in asyncio.as_completed(futures):
                 pending, outcome, content, error = await next_done
-                state._add_result(pending, outcome, content, error)
+                state.add_result(pending, outcome, content, error)
                 with contextlib.suppress(Exception):
                     # A failed save here does not stop the other tools: the save at the
                     # end of use_tools writes what is missing, or raises.
@@ -392,10 +396,22 @@ class Agent:
         finally:
             _current_call.reset(token)
 
+    async def _tools(self, state: State) -> dict[str, Tool]:
+        """The run's tools: this agent's own, plus its toolsets' (opened on first use in a run)."""
+        if not self.toolsets:
+            return self.tools
+        hold = state.active_run
+        if not isinstance(hold, _Run) or hold.agent is not self:
+            raise RuntimeError(
+                "this Agent's toolsets (MCP servers) are open only while it runs: call "
+                "run(state) or arun(state) rather than think or use_tools on their own"
+            )
+        return await hold.toolsets.tools(state, self.tools)
+
     def _model_client(self) -> Any:
         return _run_client.get(None) or self._client or _model.default_client()
 
-    def _request(self, messages: list[Message], *, with_tools: bool = True) -> dict[str, Any]:
+    def _request(self, messages: list[Message], tools: dict[str, Tool]) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
@@ -403,9 +419,113 @@ class Agent:
         }
         if self.system:
             request["system"] = self.system
-        if with_tools and self.tools:
-            request["tools"] = [t.to_api() for t in self.tools.values()]
+        if tools:
+            request["tools"] = [t.to_api() for t in tools.values()]
         return request
+
+
+class _Run:
+    """The Agent's hold on a State for the length of one run (``State.active_run``)."""
+
+    def __init__(self, agent: Agent, state: State, *, sync_saves: bool) -> None:
+        self.agent = agent
+        self.state = state
+        self.sync_saves = sync_saves
+        """Saves run on the run's own thread (``run``), not as awaited tasks (``arun``)."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.save_lock = asyncio.Lock()
+        self.save_error: BaseException | None = None
+        """The last error a save raised (a run ending on it notes no second failure)."""
+        self.interrupt: BaseException | None = None
+        """The signal (Ctrl+C, SIGTERM) that stopped ``run``: the reason calls close with."""
+        self.background: set[asyncio.Future[None]] = set()
+        self.toolsets = RunToolsets(agent.toolsets)
+        """The agent's toolsets (MCP servers): opened on the run's first step, closed at its end."""
+        self._sends: list[tuple[int, concurrent.futures.Future[None]]] = []
+        self._sends_lock = threading.Lock()
+        self._ended = False
+
+    def message_sent(self, seq: int, *, waits: bool) -> concurrent.futures.Future[None]:
+        """Save a message sent while the run goes on (``State.send``, from any thread)."""
+        if waits and self.loop is not None and _running_loop() is self.loop:
+            raise RuntimeError(
+                f"State.send() on the event loop running State {self.state.id!r} would wait "
+                f"for itself: use 'await state.asend(message)' in async code"
+            )
+        saved: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with self._sends_lock:
+            if self._ended:  # the run has made its last save
+                _settle(saved, self._unsaved_error() if self.state.saved_entries <= seq else None)
+                return saved
+            self._sends.append((seq, saved))
+        if self.loop is not None:
+            with contextlib.suppress(RuntimeError):  # closed: the run's end settles it
+                self.loop.call_soon_threadsafe(self.agent._save_soon, self.state, self)
+        return saved
+
+    def settle_sends(self, error: BaseException | None = None) -> None:
+        """Wake the senders whose message is saved now; with ``error`` (a save failed),
+        all the others too: they raise it."""
+        saved_entries = self.state.saved_entries
+        with self._sends_lock:
+            waiting = []
+            for seq, saved in self._sends:
+                if seq < saved_entries:
+                    _settle(saved, None)
+                elif error is not None:
+                    _settle(saved, error)
+                else:
+                    waiting.append((seq, saved))
+            self._sends = waiting
+
+    def unsaved_sends(self) -> bool:
+        with self._sends_lock:
+            return bool(self._sends)
+
+    def end(self) -> None:
+        """The run made its last save: every sender learns whether its message is saved."""
+        self.settle_sends()
+        with self._sends_lock:
+            self._ended = True
+        self.settle_sends(self._unsaved_error())
+
+    def _unsaved_error(self) -> RuntimeError:
+        return RuntimeError(
+            f"the run of State {self.state.id!r} ended before the message was saved: it is "
+            f"in the State, and the next save writes it"
+        )
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _settle(saved: concurrent.futures.Future[None], error: BaseException | None) -> None:
+    # Already cancelled: the task of an asend was cancelled, and nobody waits any more.
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if error is None:
+            saved.set_result(None)
+        else:
+            saved.set_exception(error)
+
+
+async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
+    """Await ``work``; if cancelled meanwhile, let it finish first, then raise the cancel.
+
+    A save cancelled half-way would keep writing unseen: the closing save would send its
+    entries again, and a create would be refused as taken.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: the closing save raises what still fails
+        raise
 
 
 def _merged(messages: list[Message]) -> list[dict[str, Any]]:
@@ -428,22 +548,6 @@ def _compaction_cut(messages: list[Message]) -> int:
         ):
             return index
     return 0
-
-
-async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
-    """Await ``work``; if cancelled meanwhile, let it finish first, then raise the cancel.
-
-    A save cancelled half-way would keep writing unseen: the closing save would send its
-    entries again, and a create would be refused as taken.
-    """
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: the closing save raises what still fails
-        raise
 
 
 async def _on_daemon_thread(function: Callable[..., Any], arguments: dict[str, Any]) -> Any:

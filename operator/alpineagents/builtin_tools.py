@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .pod_contract import ENV_MCP_PREFIX
 from .tools import Tool
 
 NAMES = ("fetch_url", "read_file", "shell", "write_file")
@@ -124,7 +125,11 @@ def _run_command(root: Path, command: str, timeout: float) -> str:
     if not isinstance(command, str) or not command.strip():
         raise ToolFailed("command must be a non-empty string")
     limit = min(max(float(timeout), 0.1), SHELL_MAX_TIMEOUT)
-    env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _SECRET_ENV and not k.startswith(ENV_MCP_PREFIX)
+    }
     process = subprocess.Popen(
         ["/bin/sh", "-c", command],
         cwd=root,

@@ -15,17 +15,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .runner import (
-    ExitCode,
-    LogFormat,
-    ProgressLog,
-    SpecError,
-    StoreUnavailable,
-    open_run_store,
-    run_agent_run,
-)
-from .state import Entry, error_text
-from .store import Record, Store
+from .errors import StoreUnavailableError
+from .pod_contract import ExitCode
+from .runner import LogFormat, ProgressLog, SpecError, open_run_store, run_agent_run
+from .state import Entry, State, error_text
+from .store.base import Record, Store
 
 TAIL_INTERVAL = 0.5  # seconds between two reads of a followed State
 
@@ -95,7 +89,7 @@ def show(args: argparse.Namespace) -> int:
             f"{info.get('stopped') or 'open'}, turns {info.get('turns', 0)}, "
             f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}"
         )
-    for entry in _entries(record):
+    for entry in _entries(store, args.id, record):
         log.entry(args.id, entry)
     return 0
 
@@ -105,7 +99,7 @@ def tail(args: argparse.Namespace) -> int:
     store = _store(args)
     record = _record(store, args.id)
     log = ProgressLog(sys.stdout, format=_log_format(args), show_seq=True)
-    entries = _entries(record)
+    entries = _entries(store, args.id, record)
     shown = len(entries)
     for entry in entries[max(0, shown - args.lines) :]:
         log.entry(args.id, entry)
@@ -115,7 +109,7 @@ def tail(args: argparse.Namespace) -> int:
         if latest is None:
             raise CommandError(f"State {args.id!r} was deleted")
         record = latest
-        for entry in _entries(record)[shown:]:
+        for entry in _entries(store, args.id, record)[shown:]:
             log.entry(args.id, entry)
             shown = entry.seq + 1
     return 0
@@ -205,7 +199,7 @@ def _store(args: argparse.Namespace) -> Store:
         return open_run_store(args.store)
     except SpecError as error:
         raise CommandError(str(error), ExitCode.NOT_RETRYABLE) from None
-    except StoreUnavailable as error:
+    except StoreUnavailableError as error:
         raise CommandError(str(error), ExitCode.RETRYABLE) from None
 
 
@@ -231,9 +225,11 @@ def _record(store: Store, state_id: str) -> Record:
     return record
 
 
-def _entries(record: Record) -> list[Entry]:
-    by_seq = {int(raw["seq"]): raw for raw in record.entries}
-    return [Entry.from_dict(by_seq[seq]) for seq in sorted(by_seq)]
+def _entries(store: Store, state_id: str, record: Record) -> list[Entry]:
+    """The saved entries, in seq order: what ``State.from_record`` loads, without the
+    entries it adds to close an open turn (those are not saved)."""
+    state: State = _reading(store, lambda: State.from_record(state_id, record))
+    return state.history[: state.loaded_entries]
 
 
 @contextlib.contextmanager

@@ -16,23 +16,26 @@ import contextlib
 import signal
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .state import State
+from typing import Any, Protocol
 
 _STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+class Interruptible(Protocol):
+    """A run: ``interrupt`` is the exception its open calls are closed with."""
+
+    interrupt: BaseException | None
+
+
 class SignalsStopTheRun:
-    """A context manager for one sync run of ``state`` (see the module docstring).
+    """A context manager for one sync ``run`` (see the module docstring).
 
     Only in the main thread (the only one Python runs signal handlers in), and only for
     handlers written in Python: ``SIG_DFL`` and ``SIG_IGN`` are left as they are.
     """
 
-    def __init__(self, state: State) -> None:
-        self.state = state
+    def __init__(self, run: Interruptible) -> None:
+        self.run = run
         self.raised: BaseException | None = None
         """The exception the first signal's handler raised, if one did."""
         self._previous: dict[int, Any] = {}
@@ -66,7 +69,7 @@ class SignalsStopTheRun:
         try:
             handler(signum, frame)
         except BaseException as error:
-            self.raised = self.state._interrupt = error
+            self.raised = self.run.interrupt = error
             if self._loop is not None:
                 with contextlib.suppress(RuntimeError):  # the loop is closed: the run ended
                     self._loop.call_soon_threadsafe(self._cancel)

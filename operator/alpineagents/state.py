@@ -1,7 +1,7 @@
 """A State is a conversation plus its append-only history.
 
 The history is an event log. Everything else on a State (``messages``, ``answer``,
-pending tool calls, ``stopped``) is derived from it by :meth:`State._replay`, the one
+pending tool calls, ``stopped``) is derived from it by ``State._replay``, the one
 function that applies an entry, whether the entry was just made by a live run or was
 read back from a store. That is why a State loaded twice from the same save is the
 same State.
@@ -11,23 +11,38 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import threading
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, NamedTuple, Protocol, cast
 
+from .errors import StateFormatError
 from .messages import Message, excerpt
-
-if TYPE_CHECKING:
-    from .store import Store
 
 FORMAT_VERSION = 5
 READABLE_FORMATS = (4, 5)
 
+EntryKind = Literal[
+    "message",
+    "waiting",
+    "joined",
+    "model_request",
+    "model_reply",
+    "model_error",
+    "tool_result",
+    "permission",
+    "approval_request",
+    "compaction",
+    "stop",
+    "tools",
+]
+"""What an entry records (see the README's "History entries and formats")."""
 Outcome = Literal["ok", "error", "refused", "aborted"]
+"""How a tool call ended (``Entry.outcome`` of a ``tool_result``)."""
+StopReason = Literal["answered", "max_turns", "waiting_for_approval", "interrupted", "error"]
+"""Why a run stopped (``State.stopped``)."""
 
 # The closing texts of the spec: what a loaded State says about a turn a killed process left open.
 UNKNOWN_RESULT = (
@@ -42,7 +57,7 @@ def check_id(state_id: object) -> str:
 
     The one place that knows the rule: a State id is non-empty text that is valid UTF-8,
     without control characters (NUL, line breaks). Dots and slashes are fine: stores
-    encode ids, so none can leave its folder or prefix. Each store may limit the length.
+    encode ids, so none can leave its folder or prefix.
     """
     if not isinstance(state_id, str) or not state_id:
         raise ValueError("a State needs a non-empty string id")
@@ -79,7 +94,7 @@ class Entry:
     """
 
     seq: int
-    kind: str
+    kind: EntryKind
     time: datetime
     text: str
     data: dict[str, Any] = field(default_factory=dict)
@@ -104,11 +119,25 @@ class Entry:
     def from_dict(cls, raw: dict[str, Any]) -> Entry:
         return cls(
             seq=int(raw["seq"]),
-            kind=str(raw["kind"]),
+            # A kind this version does not know is kept as it is; replay passes over it.
+            kind=cast(EntryKind, str(raw["kind"])),
             time=datetime.fromisoformat(raw["time"]),
             text=str(raw.get("text", "")),
             data=dict(raw.get("data") or {}),
         )
+
+
+@dataclass(frozen=True)
+class ToolList:
+    """The tools a tool source (an MCP server) listed, as a State's history recorded them.
+
+    ``started`` are the ones the run uses: what the source listed when the run first used
+    it. ``latest`` is what it listed when a run last found its list changed (the same as
+    ``started`` until then). Each tool is ``{"name", "description", "input_schema"}``.
+    """
+
+    started: list[dict[str, Any]]
+    latest: list[dict[str, Any]]
 
 
 @dataclass
@@ -120,11 +149,42 @@ class ToolCall:
     input: dict[str, Any]
 
 
+class Record(NamedTuple):
+    """A State as a store holds it: its entries (as dicts) and its info."""
+
+    entries: list[dict[str, Any]]
+    info: dict[str, Any]
+
+
+class ActiveRun(Protocol):
+    """What a State needs of the Agent running it (``State.active_run``, set by the Agent
+    for the length of one run; the Agent keeps the rest of its run there too)."""
+
+    def message_sent(self, seq: int, *, waits: bool) -> concurrent.futures.Future[None]:
+        """A message is being sent to the running State as entry ``seq`` (from any thread,
+        with the State's lock held): save it soon. The future is done once it is saved (or
+        holds the save's error). ``waits``: the sender blocks on it, so this raises
+        ``RuntimeError`` on the run's own event loop, which must do the save."""
+
+
+class SaveCursor(Protocol):
+    """What a State needs of the store that saves it (``State.save_cursor``, set by that
+    store after each save; the store keeps the rest of its bookkeeping there too)."""
+
+    @property
+    def entries(self) -> int:
+        """How many entries of the history the store has."""
+        ...
+
+
 class State:
     """A conversation and its history, saved to a store as it runs.
 
     ``State(id, messages=[...])`` starts a new one; ``store.load(id)`` continues a saved
-    one. ``history`` is append-only; the other attributes are derived from it.
+    one (:meth:`from_record` is how). ``history`` is append-only; the other attributes are
+    derived from it. The steps of a run (``Agent.think``, ``use_tools``, ...) record what
+    happens with :meth:`add`, :meth:`add_result`, :meth:`join_waiting` and
+    :meth:`close_open_turn`.
     """
 
     def __init__(
@@ -138,9 +198,19 @@ class State:
         self.parent_id = parent_id
         self.history: list[Entry] = []
         self.messages: list[Message] = []
-        self.stopped: str | None = None
+        self.stopped: StopReason | None = None
         self.turns = 0
         self.usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
+        self.tool_lists: dict[str, ToolList] = {}
+        """What each toolset (an MCP server) listed, from the history's ``tools`` entries."""
+        self.loaded_entries = 0
+        """How many entries of ``history`` came from the record it was loaded from (the
+        entries after them were added since: first those closing a turn a stopped
+        process left open, then the run's)."""
+        self.active_run: ActiveRun | None = None
+        """The Agent's hold on this State while it runs; ``None`` between runs."""
+        self.save_cursor: SaveCursor | None = None
+        """The saving store's bookkeeping; ``None`` until a store saved or loaded it."""
         # Derived bookkeeping of the open turn.
         self._calls: dict[str, ToolCall] = {}
         self._results: dict[str, Entry] = {}
@@ -148,26 +218,36 @@ class State:
         self._answered: dict[str, bool] = {}
         self._request_open = False
         self._waiting: list[tuple[int, Message]] = []
-        # Persistence bookkeeping, owned by Store.
-        self._store: Store | None = None
-        self._saved = 0
-        self._saved_info: dict[str, Any] | None = None
         self._lock = threading.RLock()
-        self._running = False
-        # Set by the Agent for the length of one run: the run's event loop, and what
-        # saves soon on it (called there by send).
-        self._run_loop: asyncio.AbstractEventLoop | None = None
-        self._on_send: Callable[[], None] | None = None
-        # Senders waiting for their message to be saved: (its seq, woken when saved).
-        self._sends: list[tuple[int, concurrent.futures.Future[None]]] = []
-        # Set by the Agent for the length of one run.
-        self._interrupt: BaseException | None = None
-        self._sync_saves = False
-        self._save_lock: Any = None
-        self._save_error: BaseException | None = None
-        self._background: set[Any] = set()
         for message in messages:
-            self._add("message", _message_text(message), {"message": message.to_dict()})
+            self.add("message", _message_text(message), {"message": message.to_dict()})
+
+    @classmethod
+    def from_record(cls, state_id: str, record: Record) -> State:
+        """The State a store saved, ready to run on: the whole load, in one place.
+
+        Checks the format, puts the entries in seq order (a store may hand back entries
+        sent twice, or out of order), replays them, and closes a turn a stopped process
+        left open with entries of its own (tool calls without a result end ``aborted``;
+        the next save writes these). Raises :class:`~alpineagents.errors.StateFormatError`
+        for a format this version cannot read or a history with a gap.
+        """
+        entries, info = record
+        _check_format(state_id, info)
+        state = cls(state_id, parent_id=info.get("parent_id"))
+        for raw in _ordered(state_id, list(entries)):
+            entry = Entry.from_dict(raw)
+            state.history.append(entry)
+            state._replay(entry)
+        state.loaded_entries = len(state.history)
+        state.close_open_turn(None)
+        return state
+
+    def to_record(self, since: int = 0) -> Record:
+        """The entries from seq ``since`` on (as dicts) and the info a store saves with them,
+        taken together (the State may be changing on another thread)."""
+        with self._lock:
+            return Record([entry.to_dict() for entry in self.history[since:]], self._info())
 
     # ----------------------------------------------------------------- derived views
     @property
@@ -204,7 +284,8 @@ class State:
     @property
     def saved_entries(self) -> int:
         """How many entries of ``history`` its store has; later ones are not saved yet."""
-        return self._saved
+        cursor = self.save_cursor
+        return cursor.entries if cursor is not None else 0
 
     def approval(self, call_id: str) -> bool | None:
         return self._answered.get(call_id)
@@ -217,65 +298,36 @@ class State:
         that save is done, so a process killed after ``send`` returned still has it. It
         joins ``messages`` after the reply or the results it waits for. If the save fails,
         ``send`` raises the store's exception; the message stays in the State and the
-        next save writes it. On the run's own event loop (an async tool) ``send`` would
-        wait for itself: use ``await state.asend(message)`` there.
+        next save writes it. On the run's own event loop (an async tool, say) ``send``
+        would wait for itself: use ``await state.asend(message)`` there.
 
-        With no live run the message joins ``messages`` at once; the next run's first
-        save (or ``store.save(state)``) saves it.
+        With no live run the message joins ``messages`` at once, unsaved: the next run's
+        first save (or ``store.save(state)``) saves it.
         """
-        entry, saved = self._send(message, blocking=True)
+        entry, saved = self._send(message, waits=True)
         if saved is not None:
             saved.result()
         return entry
 
     async def asend(self, message: Message | str) -> Entry:
         """``send`` for async code: while a run is live, returns once the message is saved."""
-        entry, saved = self._send(message, blocking=False)
+        entry, saved = self._send(message, waits=False)
         if saved is not None:
             await asyncio.wrap_future(saved)
         return entry
 
     def _send(
-        self, message: Message | str, *, blocking: bool
+        self, message: Message | str, *, waits: bool
     ) -> tuple[Entry, concurrent.futures.Future[None] | None]:
         if isinstance(message, str):
             message = Message.user(message)
+        data = {"message": message.to_dict()}
         with self._lock:
-            loop, save_soon = self._run_loop, self._on_send
-            if not self._running or loop is None or save_soon is None:
-                data = {"message": message.to_dict()}
-                return self._add("message", _message_text(message), data), None
-            if blocking and _running_loop() is loop:
-                raise RuntimeError(
-                    f"State.send() on the event loop running State {self.id!r} would wait "
-                    f"for itself: use 'await state.asend(message)' in async code"
-                )
-            entry = self._add(
-                "waiting", "waiting: " + _message_text(message), {"message": message.to_dict()}
-            )
-            saved: concurrent.futures.Future[None] = concurrent.futures.Future()
-            self._sends.append((entry.seq, saved))
-        # A closed loop: the run's end has saved this send already, or failed it.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(save_soon)
-        return entry, saved
-
-    def _settle_sends(self, error: BaseException | None = None, upto: int | None = None) -> None:
-        """Wake the senders whose message is saved now.
-
-        With ``error``, also those whose message a failed save tried to write (entries
-        below ``upto``; all when ``upto`` is None): they raise ``error``.
-        """
-        with self._lock:
-            waiting = []
-            for seq, saved in self._sends:
-                if seq < self._saved:
-                    _settle(saved, None)
-                elif error is not None and (upto is None or seq < upto):
-                    _settle(saved, error)
-                else:
-                    waiting.append((seq, saved))
-            self._sends = waiting
+            run = self.active_run
+            if run is None:
+                return self.add("message", _message_text(message), data), None
+            saved = run.message_sent(len(self.history), waits=waits)
+            return self.add("waiting", "waiting: " + _message_text(message), data), saved
 
     def approve(self, call_id: str, allow: bool, *, note: str = "") -> Entry:
         """Record a person's answer to a permission ask; the next run acts on it."""
@@ -287,25 +339,27 @@ class State:
                     f"State {self.id!r} has no open tool call {call_id!r} (open calls: {open_ids})"
                 )
             word = "allowed" if allow else "refused"
-            return self._add(
+            return self.add(
                 "permission",
                 f"a person {word} {call.name}" + (f": {note}" if note else ""),
                 {"call_id": call_id, "allow": allow, "by": "person", "note": note},
             )
 
     # ----------------------------------------------------------------- the event log
-    def _add(
+    def add(
         self,
-        kind: str,
+        kind: EntryKind,
         text: str,
         data: dict[str, Any],
         error: BaseException | None = None,
         *,
         time: datetime | None = None,
     ) -> Entry:
+        """Append one entry to the history and apply it (the steps of a run call this).
+
+        ``time`` defaults to now."""
         with self._lock:
-            when = time or datetime.now(UTC)
-            entry = Entry(len(self.history), kind, when, text, data, error)
+            entry = Entry(len(self.history), kind, time or datetime.now(UTC), text, data, error)
             self.history.append(entry)
             self._replay(entry)
             return entry
@@ -355,7 +409,11 @@ class State:
             summary = Message.user(f"Summary of the earlier conversation:\n{data['summary']}")
             self.messages[: int(data["replaced"])] = [summary]
         elif kind == "stop":
-            self.stopped = str(data["reason"])
+            self.stopped = cast(StopReason, str(data["reason"]))
+        elif kind == "tools":
+            listed = list(data["tools"])
+            known = self.tool_lists.get(data["source"])
+            self.tool_lists[data["source"]] = ToolList(known.started if known else listed, listed)
 
     def _result_blocks(self) -> list[dict[str, Any]]:
         blocks = []
@@ -371,7 +429,7 @@ class State:
             blocks.append(block)
         return blocks
 
-    def _add_result(
+    def add_result(
         self,
         call: ToolCall,
         outcome: Outcome,
@@ -380,8 +438,9 @@ class State:
         *,
         time: datetime | None = None,
     ) -> Entry:
+        """Append the result of a tool call (its content is what the model gets)."""
         text = content if isinstance(content, str) else Message.user(content).text or "[content]"
-        return self._add(
+        return self.add(
             "tool_result",
             excerpt(text),
             {"call_id": call.id, "name": call.name, "outcome": outcome, "content": content},
@@ -389,31 +448,32 @@ class State:
             time=time,
         )
 
-    def _join_waiting(self, *, time: datetime | None = None) -> None:
+    def join_waiting(self, *, time: datetime | None = None) -> None:
+        """Let the messages sent while a turn was open join ``messages`` (turn closed)."""
         for seq, message in list(self._waiting):
             data = {"waiting_seq": seq}
-            self._add("joined", "joined: " + _message_text(message), data, time=time)
+            self.add("joined", "joined: " + _message_text(message), data, time=time)
 
-    def _close_open_turn(self, reason: BaseException | None) -> None:
+    def close_open_turn(self, reason: BaseException | None) -> None:
         """Close what a stopped run left open, with entries of its own.
 
         ``reason`` is the exception that ends a live run; ``None`` means the process was
         killed and we only know what was saved. Then the entries are a pure function of
-        the saved ones, stamped with the time of the last, so every load of one save
-        gives the same State.
+        the saved ones, stamped with the time of the last, so every load of one save is
+        the same State.
         """
         with self._lock:
             time = self.history[-1].time if reason is None and self.history else None
             if self._request_open:
                 text = MODEL_STOPPED if reason is None else aborted_text(reason)
-                self._add("model_error", text, {"error": text}, reason, time=time)
+                self.add("model_error", text, {"error": text}, reason, time=time)
             for call in self.pending_calls:
                 if call.id in self._asked and call.id not in self._answered:
                     continue  # never ran: it waits for a person, not for a result
                 content = UNKNOWN_RESULT if reason is None else aborted_text(reason)
-                self._add_result(call, "aborted", content, time=time)
+                self.add_result(call, "aborted", content, time=time)
             if not self.pending_calls:
-                self._join_waiting(time=time)
+                self.join_waiting(time=time)
 
     # ----------------------------------------------------------------- persistence
     def _info(self) -> dict[str, Any]:
@@ -433,17 +493,6 @@ class State:
         }
         return info
 
-    @classmethod
-    def _from_record(
-        cls, state_id: str, entries: list[dict[str, Any]], info: dict[str, Any]
-    ) -> State:
-        state = cls(state_id, parent_id=info.get("parent_id"))
-        for raw in entries:
-            entry = Entry.from_dict(raw)
-            state.history.append(entry)
-            state._replay(entry)
-        return state
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, State):
             return NotImplemented
@@ -455,21 +504,31 @@ class State:
         return f"State(id={self.id!r}, entries={len(self.history)}, stopped={self.stopped!r})"
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _settle(saved: concurrent.futures.Future[None], error: BaseException | None) -> None:
-    # Already cancelled: the task of an asend was cancelled, and nobody waits any more.
-    with contextlib.suppress(concurrent.futures.InvalidStateError):
-        if error is None:
-            saved.set_result(None)
-        else:
-            saved.set_exception(error)
-
-
 def _message_text(message: Message) -> str:
     return f"{message.role}: {excerpt(message.text or '[content]')}"
+
+
+def _check_format(state_id: str, info: dict[str, Any]) -> None:
+    """Refuse a State saved in a format this version cannot read (the one place that knows)."""
+    version = info.get("v")
+    if version not in READABLE_FORMATS:
+        readable = " and ".join(str(v) for v in READABLE_FORMATS)
+        raise StateFormatError(
+            f"State {state_id!r} was saved in format {version!r}; this alpineagents reads "
+            f"formats {readable} only, and there is no converter"
+        )
+
+
+def _ordered(state_id: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Stores may hand back entries sent twice or out of order; seq decides.
+    by_seq: dict[int, dict[str, Any]] = {}
+    for entry in entries:
+        by_seq.setdefault(int(entry["seq"]), entry)
+    ordered = [by_seq[seq] for seq in sorted(by_seq)]
+    for index, entry in enumerate(ordered):
+        if int(entry["seq"]) != index:
+            raise StateFormatError(
+                f"State {state_id!r} is damaged: its history has no entry {index} "
+                f"(the store holds seqs {sorted(by_seq)[:5]}...)"
+            )
+    return ordered

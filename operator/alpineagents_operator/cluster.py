@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .reconcile import RunEvent
+from .decide import RunEvent
 from .views import GROUP, JSON, KIND, PLURAL, RUN_LABEL, VERSION
 
 _log = logging.getLogger(__name__)

@@ -1,5 +1,9 @@
 """The kopf handlers: each one a few lines that hand an AgentRun to the :class:`Reconciler`.
 
+The operator's running parts (its :class:`Reconciler` and the resync task) live in kopf's
+``memo``: the startup handler puts them in the operator-wide memo, and kopf hands each
+handler a shallow copy of it, so every handler reaches the same Reconciler.
+
 What triggers a reconcile step of a run:
 
 - ``@kopf.on.resume`` / ``on.create`` / ``on.update`` (spec changes: suspend, approvals)
@@ -45,20 +49,28 @@ FINALIZER = f"{GROUP}/delete-saved-state"
 _KOPF_PREFIX = f"kopf.{GROUP}"
 
 
+_MEMO_KEY = "alpineagents"
+
+
 @dataclass
 class _Running:
+    """What the startup handler starts, kept in kopf's memo until cleanup."""
+
     config: OperatorConfig
     reconciler: Reconciler
     resync: asyncio.Task[None]
 
 
-_running: _Running | None = None
+def _running(memo: kopf.Memo) -> _Running | None:
+    running = memo.get(_MEMO_KEY)
+    return running if isinstance(running, _Running) else None
 
 
-def _reconciler() -> Reconciler:
-    if _running is None:
+def _reconciler(memo: kopf.Memo) -> Reconciler:
+    running = _running(memo)
+    if running is None:
         raise kopf.TemporaryError("the operator is still starting", delay=1)
-    return _running.reconciler
+    return running.reconciler
 
 
 def _namespaced(namespace: str | None) -> str:
@@ -93,8 +105,7 @@ def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
 
 
 @kopf.on.startup()
-async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
-    global _running
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = OperatorConfig.from_env()
     apply_settings(settings, config)
     metrics = OperatorMetrics()
@@ -103,13 +114,13 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     cluster = Cluster(await asyncio.to_thread(api_client_from_environment))
     reconciler = Reconciler(config, cluster, metrics)
     resync = asyncio.create_task(_resync_forever(reconciler, config.resync_seconds))
-    _running = _Running(config, reconciler, resync)
+    memo[_MEMO_KEY] = _Running(config, reconciler, resync)
 
 
 @kopf.on.cleanup()
-async def stop(**_: Any) -> None:
-    global _running
-    running, _running = _running, None
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    running = _running(memo)
+    memo.pop(_MEMO_KEY, None)
     if running is None:
         return
     running.resync.cancel()
@@ -120,36 +131,39 @@ async def stop(**_: Any) -> None:
 
 
 @kopf.on.probe(id="secondsSinceLastStep")
-def last_step(**_: Any) -> float | None:
+def last_step(memo: kopf.Memo, **_: Any) -> float | None:
     """For the liveness endpoint: seconds since a reconcile step last finished."""
-    if _running is None or not _running.reconciler.last_step_at:
+    running = _running(memo)
+    if running is None or not running.reconciler.last_step_at:
         return None
-    return round(time.monotonic() - _running.reconciler.last_step_at, 3)
+    return round(time.monotonic() - running.reconciler.last_step_at, 3)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, backoff=2.0)
 @kopf.on.create(GROUP, VERSION, PLURAL, backoff=2.0)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=2.0)
-async def run_changed(namespace: str | None, name: str, **_: Any) -> None:
-    await _reconciler().reconcile(_namespaced(namespace), name)
+async def run_changed(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    await _reconciler(memo).reconcile(_namespaced(namespace), name)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def run_event(
-    event: kopf.RawEvent, namespace: str | None, name: str | None, **_: Any
+    event: kopf.RawEvent, namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
     if event.get("type") == "DELETED" and name:
-        await _reconciler().reconcile(_namespaced(namespace), name)
+        await _reconciler(memo).reconcile(_namespaced(namespace), name)
 
 
 @kopf.on.event("v1", "pods", labels={RUN_LABEL: kopf.PRESENT})
-async def pod_changed(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
-    await _reconciler().reconcile(_namespaced(namespace), labels[RUN_LABEL])
+async def pod_changed(
+    namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+) -> None:
+    await _reconciler(memo).reconcile(_namespaced(namespace), labels[RUN_LABEL])
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-async def run_deleted(namespace: str | None, name: str, **_: Any) -> None:
-    await _reconciler().stop_run(_namespaced(namespace), name)
+async def run_deleted(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    await _reconciler(memo).stop_run(_namespaced(namespace), name)
 
 
 def _deletes_state(spec: kopf.Spec, **_: Any) -> bool:
@@ -157,8 +171,10 @@ def _deletes_state(spec: kopf.Spec, **_: Any) -> bool:
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, when=_deletes_state, backoff=1.0)
-async def delete_saved_state(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
-    reconciler = _reconciler()
+async def delete_saved_state(
+    body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> None:
+    reconciler = _reconciler(memo)
     remaining = await reconciler.stop_run(_namespaced(namespace), name)
     if remaining:
         # Its SIGTERM handler is saving; deleting the State under it would race that save.

@@ -7,12 +7,14 @@ privilege escalation, no capabilities, the runtime's seccomp profile, and no
 service-account token. Writable space is two emptyDirs: ``/tmp`` and the working
 directory ``/work``.
 
-Environment (the runner's contract, see ``/tmp/api.md``): ``ALPINEAGENTS_SPEC`` (the
+Environment (the runner's contract, :mod:`alpineagents.pod_contract`): ``ALPINEAGENTS_SPEC`` (the
 AgentRun's spec as JSON), ``ALPINEAGENTS_STORE``, ``ALPINEAGENTS_STATE_ID``,
 ``ANTHROPIC_API_KEY`` and the store credentials from Secrets (``secretKeyRef``),
-``ANTHROPIC_BASE_URL`` when the operator has one, and ``TERMINATION_MESSAGE_PATH``. The
-AgentRun's own ``spec.env`` may override the model and store variables, not the
-``ALPINEAGENTS_*`` ones nor ``TERMINATION_MESSAGE_PATH``.
+``ANTHROPIC_BASE_URL`` when the operator has one, ``TERMINATION_MESSAGE_PATH``, and one
+``ALPINEAGENTS_MCP_*`` variable per Secret reference of ``spec.mcpServers`` (a header or a
+stdio server's env value, ``secretKeyRef``: the value never passes through the
+AgentRun). The AgentRun's own ``spec.env`` may override the model and store variables,
+not the ``ALPINEAGENTS_*`` ones nor ``TERMINATION_MESSAGE_PATH``.
 """
 
 from __future__ import annotations
@@ -20,21 +22,30 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from alpineagents.pod_contract import (
+    API_VERSION,
+    ENV_ATTEMPT,
+    ENV_PREFIX,
+    ENV_SPEC,
+    ENV_STATE_ID,
+    ENV_STORE,
+    ENV_TERMINATION_MESSAGE_PATH,
+    KIND,
+    TERMINATION_MESSAGE_PATH,
+    mcp_secret_refs,
+)
+
 from .config import OperatorConfig
 from .views import (
     ATTEMPT_LABEL,
-    GROUP,
+    CONTAINER_NAME,
     JSON,
-    KIND,
     RUN_LABEL,
     STATE_ANNOTATION,
-    VERSION,
     AgentRunView,
     pod_name_for,
 )
 
-CONTAINER_NAME = "agent"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 WORK_DIR = "/work"
 RUN_AS_USER = 65532  # the distroless "nonroot" user
 GRACE_SECONDS = 30
@@ -54,7 +65,7 @@ def run_labels(run_name: str) -> dict[str, str]:
 def owner_reference(run: AgentRunView) -> JSON:
     """The pod's owner: its AgentRun, as the controller (garbage-collected with it)."""
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": API_VERSION,
         "kind": KIND,
         "name": run.name,
         "uid": run.uid,
@@ -143,12 +154,13 @@ def _secret_env(name: str, secret: str, key: str) -> JSON:
 
 def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
     ours: list[JSON] = [
-        {"name": "ALPINEAGENTS_SPEC", "value": json.dumps(dict(run.spec), sort_keys=True)},
-        {"name": "ALPINEAGENTS_STORE", "value": store_url(run, config)},
-        {"name": "ALPINEAGENTS_STATE_ID", "value": run.state_id},
-        {"name": "ALPINEAGENTS_ATTEMPT", "value": str(attempt)},
-        {"name": "TERMINATION_MESSAGE_PATH", "value": TERMINATION_MESSAGE_PATH},
+        {"name": ENV_SPEC, "value": json.dumps(dict(run.spec), sort_keys=True)},
+        {"name": ENV_STORE, "value": store_url(run, config)},
+        {"name": ENV_STATE_ID, "value": run.state_id},
+        {"name": ENV_ATTEMPT, "value": str(attempt)},
+        {"name": ENV_TERMINATION_MESSAGE_PATH, "value": TERMINATION_MESSAGE_PATH},
     ]
+    ours.extend(_secret_env(ref.variable, ref.secret, ref.key) for ref in mcp_secret_refs(run.spec))
     if config.anthropic_secret:
         ours.append(
             _secret_env("ANTHROPIC_API_KEY", config.anthropic_secret, config.anthropic_secret_key)
@@ -161,8 +173,8 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
             _secret_env("AWS_SECRET_ACCESS_KEY", config.store_secret, config.store_secret_key)
         )
     # The runner's contract variables are the operator's; the rest the AgentRun may override.
-    fixed = {item["name"] for item in ours if str(item["name"]).startswith("ALPINEAGENTS_")}
-    fixed.add("TERMINATION_MESSAGE_PATH")
+    fixed = {item["name"] for item in ours if str(item["name"]).startswith(ENV_PREFIX)}
+    fixed.add(ENV_TERMINATION_MESSAGE_PATH)
     theirs: list[Any] = [
         item
         for item in run.spec.get("env") or []

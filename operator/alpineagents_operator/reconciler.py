@@ -17,14 +17,14 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from alpineagents import Store
+from alpineagents import Store, open_store
 
-from . import store_view
+from . import saved_state
 from .cluster import Cluster, PodRefused
 from .config import OperatorConfig
+from .decide import Decision, decide, pod_refused
 from .metrics import OperatorMetrics
 from .pods import pod_manifest, store_url
-from .reconcile import Decision, decide, pod_refused
 from .views import JSON, AgentRunView, PodView, SavedView
 
 _log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class Reconciler:
         metrics: OperatorMetrics | None = None,
         *,
         clock: Callable[[], datetime] = _utc_now,
-        open_store: Callable[[str], Store] = store_view.open_store,
+        open_store: Callable[[str], Store] = open_store,
     ) -> None:
         self.config = config
         self.cluster = cluster
@@ -148,7 +148,7 @@ class Reconciler:
         """Delete the saved State of an AgentRun (``onDelete: Delete``)."""
         run = AgentRunView.from_body(body)
         store = self._store(store_url(run, self.config))
-        await asyncio.to_thread(store_view.delete_state, store, run.state_id)
+        await asyncio.to_thread(saved_state.delete_state, store, run.state_id)
         _log.info("%s/%s: deleted saved State %s", run.namespace, run.name, run.state_id)
 
     # ------------------------------------------------------------------ one step
@@ -176,7 +176,7 @@ class Reconciler:
             store = self._store(url)
         except Exception as error:  # a bad URL: let the pod report it in its own words
             return SavedView(exists=False, error=f"cannot open store {url!r}: {error}")
-        return await asyncio.to_thread(store_view.read_saved, store, run.state_id)
+        return await asyncio.to_thread(saved_state.read_saved, store, run.state_id)
 
     async def _apply(self, run: AgentRunView, body: JSON, decision: Decision) -> Decision:
         """Carry out a decision; returns the one carried out (another one if the API
@@ -188,7 +188,7 @@ class Reconciler:
             await asyncio.to_thread(self.cluster.delete_pod, run.namespace, pod_name)
         if decision.claim_state:
             store = self._store(store_url(run, self.config))
-            await asyncio.to_thread(store_view.claim, store, run.state_id)
+            await asyncio.to_thread(saved_state.claim, store, run.state_id)
         if decision.create_pod is not None:
             manifest = pod_manifest(run, decision.create_pod, self.config)
             try:

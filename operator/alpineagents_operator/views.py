@@ -1,23 +1,49 @@
 """Plain, typed views of what the operator looks at: an AgentRun, its pods, its saved State.
 
 The Kubernetes objects arrive as JSON dicts; these functions pick out the few facts the
-reconcile logic needs, so :func:`alpineagents_operator.reconcile.decide` works on small
+reconcile logic needs, so :func:`alpineagents_operator.decide.decide` works on small
 frozen dataclasses and never on the Kubernetes client's objects.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-GROUP = "alpineagents.dev"
-VERSION = "v1"
+from alpineagents.pod_contract import GROUP, KIND, VERSION, PendingApproval, TerminationMessage
+
+__all__ = [
+    "ATTEMPT_LABEL",
+    "CONTAINER_NAME",
+    "GROUP",
+    "JSON",
+    "KIND",
+    "PLURAL",
+    "RUN_LABEL",
+    "STATE_ANNOTATION",
+    "TERMINAL_PHASES",
+    "VERSION",
+    "AgentRunView",
+    "ContainerExit",
+    "PendingApproval",
+    "Phase",
+    "PodView",
+    "RestartPolicy",
+    "RunStatus",
+    "SavedView",
+    "TerminationMessage",
+    "format_time",
+    "parse_time",
+    "pod_name_for",
+    "state_id_for",
+]
+
 PLURAL = "agentruns"
-KIND = "AgentRun"
+CONTAINER_NAME = "agent"
+"""The agent pod's one container (the operator names it, and reads its state)."""
 RUN_LABEL = f"{GROUP}/run"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 STATE_ANNOTATION = f"{GROUP}/state-id"
@@ -97,35 +123,6 @@ class RestartPolicy:
             ),
             max_backoff_seconds=float(raw.get("maxBackoffSeconds", defaults.max_backoff_seconds)),
         )
-
-
-@dataclass(frozen=True)
-class PendingApproval:
-    """A tool call that waits for a person's answer."""
-
-    call_id: str
-    name: str = ""
-    input: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_status(self) -> JSON:
-        return {"callId": self.call_id, "name": self.name, "input": dict(self.input)}
-
-    @classmethod
-    def parse_all(cls, raw: Any) -> tuple[PendingApproval, ...]:
-        if not isinstance(raw, list):
-            return ()
-        calls = []
-        for item in raw:
-            if isinstance(item, Mapping) and item.get("callId"):
-                call_input = item.get("input")
-                calls.append(
-                    cls(
-                        call_id=str(item["callId"]),
-                        name=str(item.get("name") or ""),
-                        input=dict(call_input) if isinstance(call_input, Mapping) else {},
-                    )
-                )
-        return tuple(calls)
 
 
 @dataclass(frozen=True)
@@ -221,58 +218,13 @@ class AgentRunView:
 
 # --------------------------------------------------------------------------- pods
 @dataclass(frozen=True)
-class TerminationReport:
-    """The runner's termination message (one JSON object, see /tmp/api.md)."""
-
-    outcome: str
-    state_id: str | None = None
-    last_saved_seq: int | None = None
-    turns: int | None = None
-    usage: Mapping[str, int] | None = None
-    answer: str | None = None
-    error: str | None = None
-    pending_approvals: tuple[PendingApproval, ...] = ()
-    aborted: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str) -> TerminationReport | None:
-        """The report in a termination message, or None if it holds something else
-        (such as the log tail kept by ``FallbackToLogsOnError`` after a crash)."""
-        try:
-            raw = json.loads(text)
-        except (ValueError, TypeError):
-            return None
-        if not isinstance(raw, dict) or not isinstance(raw.get("outcome"), str):
-            return None
-        seq = raw.get("lastSavedSeq")
-        turns = raw.get("turns")
-        usage = raw.get("usage")
-        aborted = raw.get("aborted")
-        return cls(
-            outcome=raw["outcome"],
-            state_id=raw.get("stateId") if isinstance(raw.get("stateId"), str) else None,
-            last_saved_seq=seq if isinstance(seq, int) else None,
-            turns=turns if isinstance(turns, int) else None,
-            usage=(
-                {k: int(v) for k, v in usage.items() if isinstance(v, int)}
-                if isinstance(usage, dict)
-                else None
-            ),
-            answer=raw.get("answer") if isinstance(raw.get("answer"), str) else None,
-            error=raw.get("error") if isinstance(raw.get("error"), str) else None,
-            pending_approvals=PendingApproval.parse_all(raw.get("pendingApprovals")),
-            aborted=tuple(str(a) for a in aborted) if isinstance(aborted, list) else (),
-        )
-
-
-@dataclass(frozen=True)
 class ContainerExit:
     """How the agent container ended (``state.terminated``)."""
 
     code: int
     reason: str = ""
     message: str = ""
-    report: TerminationReport | None = None
+    report: TerminationMessage | None = None
 
 
 @dataclass(frozen=True)
@@ -308,7 +260,7 @@ class PodView:
         return not self.finished
 
     @classmethod
-    def from_pod(cls, pod: Mapping[str, Any], container: str = "agent") -> PodView:
+    def from_pod(cls, pod: Mapping[str, Any], container: str = CONTAINER_NAME) -> PodView:
         meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
         labels = meta.get("labels") or {}
@@ -330,7 +282,7 @@ class PodView:
                 code=int(terminated.get("exitCode") or 0),
                 reason=str(terminated.get("reason") or ""),
                 message=message,
-                report=TerminationReport.parse(message) if message else None,
+                report=TerminationMessage.parse(message) if message else None,
             )
         waiting = state.get("waiting") if isinstance(state.get("waiting"), Mapping) else None
         disruption = None

@@ -2,8 +2,8 @@
 
 Forked by ``tests.bench.forked.start(main, connection, store_url, state_id, instant, mode)``:
 
-- ``store_url``: a store URL (``alpineagents.store_url.open_store``), or ``memory`` for a
-  MemoryStore of the child's own (the spec page's; only the child can look into it, so it
+- ``store_url``: a store URL (``alpineagents.store.open_store``), or ``memory`` for a
+  MemoryStore of the child's own (``alpineagents.testing``; only the child can look into it, so it
   reports what it holds).
 - ``instant``: where the run pauses (see ``INSTANTS``). There the child sends
   ``("at", instant)`` and waits for a message: the test sends SIGINT, then the message.
@@ -28,8 +28,8 @@ from types import FrameType
 from typing import Any
 
 from alpineagents import Agent, Message, State, Store
-from alpineagents.store_url import open_store
-from tests.spec import memory_store_class
+from alpineagents.store import open_store
+from alpineagents.testing import MemoryStore
 
 INSTANTS = {
     "run": "the first call made inside agent.run / agent.arun",
@@ -86,7 +86,7 @@ class PauseAt:
 
 
 def main(connection: Connection, store_url: str, state_id: str, instant: str, mode: str) -> None:
-    store: Store = memory_store_class()() if store_url == "memory" else open_store(store_url)
+    store: Store = MemoryStore() if store_url == "memory" else open_store(store_url)
     agent = Agent(model="claude-sonnet-5", store=store, max_tokens=1024)
     state = State(id=state_id, messages=[Message.user("Write the nightly report")])
     pause = PauseAt(instant, store, connection)

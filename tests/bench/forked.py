@@ -25,8 +25,8 @@ _FORKSERVER.set_forkserver_preload(
     [
         "anthropic",
         "alpineagents",
-        "alpineagents.store_url",
-        "alpineagents.minio_store",
+        "alpineagents.store.s3",
+        "alpineagents.testing",
         "tests.agents.interrupt_child",
         "tests.campaign.child",
     ]

@@ -4,7 +4,7 @@ Fixtures:
 
 - ``store`` (function), parametrized with ids ``file``, ``memory``, ``minio``,
   ``seaweedfs``: a fresh empty :class:`~alpineagents.Store`. ``file`` is a FileStore in
-  ``tmp_path``; ``memory`` the spec page's MemoryStore (``tests/spec``, copied verbatim);
+  ``tmp_path``; ``memory`` the spec page's MemoryStore, as ``alpineagents.testing`` ships it;
   ``minio``/``seaweedfs`` a MinioStore with prefix ``runs/`` in a fresh bucket of the
   session server (started only when a test of that id runs).
 - ``s3`` (function), parametrized with ids ``minio``, ``seaweedfs``: an :class:`S3Place`,
@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from alpineagents import FileStore, Store
+from alpineagents.testing import MemoryStore
 from tests.bench.minio_server import S3Server
-from tests.spec import memory_store_class
 
 STORE_KINDS = ("file", "memory", "minio", "seaweedfs")
 S3_KINDS = ("minio", "seaweedfs")
@@ -47,7 +47,7 @@ class S3Place:
 
         ``options`` go to ``MinioStore.connect`` (``retry_budget``, ``timeout``, ...).
         """
-        from alpineagents.minio_store import MinioStore
+        from alpineagents.store.s3 import MinioStore
 
         return MinioStore.connect(
             self.server.endpoint,
@@ -82,7 +82,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if kind == "file":
         yield FileStore(tmp_path / "runs")
     elif kind == "memory":
-        yield memory_store_class()()
+        yield MemoryStore()
     else:
         yield _s3_place(request, kind).store()
 
@@ -91,7 +91,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 class ChildStore:
     """How a child process reaches the ``store`` of this test.
 
-    ``url`` is for ``alpineagents.store_url.open_store``, or ``"memory"``: the MemoryStore
+    ``url`` is for ``alpineagents.store.open_store``, or ``"memory"``: the MemoryStore
     lives in one process only, so the child makes its own and reports what it holds.
     ``env`` holds the credentials an ``s3://`` URL needs.
     """

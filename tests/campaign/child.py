@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from alpineagents import Agent, Message, State, tool
-from alpineagents.store_url import open_store
+from alpineagents.store import open_store
 from tests.campaign.plan import ROUND_PREFIX, RunPlan
 
 MODEL = "claude-sonnet-5"

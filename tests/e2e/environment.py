@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from alpineagents.store_url import open_store
+from alpineagents import open_store
 from tests.bench.helm import Helm
 from tests.bench.pod_runner import expand
 
@@ -290,7 +290,7 @@ def bench_environment(
 
 _READ_HISTORY = """
 import json, os, sys
-from alpineagents.store_url import open_store
+from alpineagents import open_store
 record = open_store(os.environ["ALPINEAGENTS_STORE"]).read(sys.argv[1])
 print(json.dumps(None if record is None else record.entries))
 """

@@ -11,20 +11,24 @@ Point the real ``anthropic`` client at a :class:`ModelServer` and script its ans
 
 From a shell: ``python -m alpineagents.testing serve --port 0 --script turns.json``
 (or ``--echo``) prints the server's URL on its first line.
+
+The kit, by module: :mod:`.script` (the turns and script files), :mod:`.echo` (the echo
+model), :mod:`.server` (:class:`ModelServer`), :mod:`.memory_store` (:class:`MemoryStore`,
+the spec's store of your own) and :mod:`.conformance` (the store conformance suite, to
+run on your own store; it needs pytest, so import it from there).
 """
 
-from .model_server import (
+from .echo import echo_reply
+from .memory_store import MemoryStore
+from .script import (
     Drop,
     Failure,
     Hold,
-    ModelServer,
-    RecordedRequest,
     Reply,
     StopReason,
     ToolUse,
     Turn,
     drop,
-    echo_reply,
     error,
     hold,
     load_script,
@@ -32,11 +36,13 @@ from .model_server import (
     reply,
     tool_use,
 )
+from .server import ModelServer, RecordedRequest
 
 __all__ = [
     "Drop",
     "Failure",
     "Hold",
+    "MemoryStore",
     "ModelServer",
     "RecordedRequest",
     "Reply",

@@ -15,7 +15,8 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from .model_server import ModelServer, Turn, load_script
+from .script import Turn, load_script
+from .server import ModelServer
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,286 @@
+"""The contract between the runner in an agent pod and the operator that starts the pod.
+
+Both sides import it, so each fact is written once:
+
+- the AgentRun API the two speak about (:data:`GROUP`, :data:`VERSION`, :data:`KIND`);
+- the environment the operator gives the pod (``ENV_*``);
+- how the runner's process ends (:class:`ExitCode`), which tells the operator what to do;
+- the termination message: one JSON object of at most :data:`TERMINATION_MESSAGE_LIMIT`
+  bytes written to :data:`TERMINATION_MESSAGE_PATH` (:func:`write_termination_message`)
+  and read back from the pod's status (:meth:`TerminationMessage.parse`).
+
+It is plain data and stdlib only: the operator imports it without the runtime.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+GROUP = "alpineagents.dev"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "AgentRun"
+
+ENV_SPEC = "ALPINEAGENTS_SPEC"
+"""The AgentRun's ``.spec`` as JSON."""
+ENV_STORE = "ALPINEAGENTS_STORE"
+"""The store URL (see :func:`alpineagents.open_store`)."""
+ENV_STATE_ID = "ALPINEAGENTS_STATE_ID"
+"""The id of the State the pod runs or resumes."""
+ENV_ATTEMPT = "ALPINEAGENTS_ATTEMPT"
+"""Which attempt of the AgentRun this pod is (1, 2, ...)."""
+ENV_TERMINATION_MESSAGE_PATH = "TERMINATION_MESSAGE_PATH"
+"""Where the runner writes its termination message (the container's
+``terminationMessagePath``)."""
+ENV_PREFIX = "ALPINEAGENTS_"
+"""The operator's variables: an AgentRun's ``spec.env`` cannot override these."""
+ENV_MCP_PREFIX = "ALPINEAGENTS_MCP_"
+"""Variables carrying ``spec.mcpServers`` values kept in Secrets (:func:`mcp_secret_refs`);
+the runner's own, never passed to the model's shell commands nor to stdio servers."""
+
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+"""The termination message's file in a pod (Kubernetes' default)."""
+TERMINATION_MESSAGE_LIMIT = 4096
+"""Bytes of a termination message the kubelet keeps."""
+_TEXT_LIMIT = 1000  # characters of the answer or error in a message
+
+RunOutcome = Literal[
+    "answered", "failed", "retryable", "waiting_for_approval", "max_turns", "stopped"
+]
+"""``outcome`` of a termination message."""
+
+
+class ExitCode(enum.IntEnum):
+    """How the runner's process ends; the operator decides what to do next from it."""
+
+    ANSWERED = 0
+    """The model answered; the State is saved and final."""
+    NOT_RETRYABLE = 65
+    """A retry cannot help: bad spec, unknown tool, the ``agent`` factory does not
+    import, a model request the API refuses (4xx), a State saved in an unreadable format."""
+    RETRYABLE = 75
+    """The model, the store or an MCP server is unavailable, or another error a retry may
+    fix."""
+    WAITING_FOR_APPROVAL = 76
+    """Saved and stopped: tool calls wait for a person's answer (``spec.approvals``)."""
+    MAX_TURNS = 77
+    """Saved and stopped at ``spec.maxTurns``; final."""
+    INTERRUPTED = 130
+    """Ctrl+C: saved, resumable."""
+    KILLED = 137
+    """Not the runner's own: SIGKILL (the OOM killer, or the end of the grace period).
+    Whatever was not saved before it is lost; the next attempt resumes."""
+    SIGTERM = 143
+    """SIGTERM (``SystemExit(143)``): saved, resumable."""
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """A tool call that waits for a person's answer."""
+
+    call_id: str
+    name: str = ""
+    input: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"callId", "name", "input"}``, as in the message and the AgentRun's status."""
+        return {"callId": self.call_id, "name": self.name, "input": dict(self.input)}
+
+    @classmethod
+    def parse_all(cls, raw: Any) -> tuple[PendingApproval, ...]:
+        """The calls of a ``pendingApprovals`` list; items that are not one are skipped."""
+        if not isinstance(raw, list):
+            return ()
+        calls = []
+        for item in raw:
+            if isinstance(item, Mapping) and item.get("callId"):
+                call_input = item.get("input")
+                calls.append(
+                    cls(
+                        call_id=str(item["callId"]),
+                        name=str(item.get("name") or ""),
+                        input=dict(call_input) if isinstance(call_input, Mapping) else {},
+                    )
+                )
+        return tuple(calls)
+
+
+@dataclass(frozen=True)
+class TerminationMessage:
+    """The runner's termination message, as the operator reads it.
+
+    On the wire: ``{"outcome", "stateId", "lastSavedSeq", "turns", "usage", "answer",
+    "error", "pendingApprovals": [{"callId", "name", "input"}], "aborted": [call ids]}``
+    (and ``"truncated": true`` when :func:`fit_termination_message` cut lists short).
+    """
+
+    outcome: str
+    state_id: str | None = None
+    last_saved_seq: int | None = None
+    turns: int | None = None
+    usage: Mapping[str, int] | None = None
+    answer: str | None = None
+    error: str | None = None
+    pending_approvals: tuple[PendingApproval, ...] = ()
+    aborted: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> TerminationMessage | None:
+        """The message in ``text``, or None if it holds something else (such as the log
+        tail kept by ``FallbackToLogsOnError`` after a crash)."""
+        try:
+            raw = json.loads(text)
+        except (ValueError, TypeError):
+            return None
+        if not isinstance(raw, dict) or not isinstance(raw.get("outcome"), str):
+            return None
+        seq = raw.get("lastSavedSeq")
+        turns = raw.get("turns")
+        usage = raw.get("usage")
+        aborted = raw.get("aborted")
+        return cls(
+            outcome=raw["outcome"],
+            state_id=raw.get("stateId") if isinstance(raw.get("stateId"), str) else None,
+            last_saved_seq=seq if isinstance(seq, int) else None,
+            turns=turns if isinstance(turns, int) else None,
+            usage=(
+                {k: int(v) for k, v in usage.items() if isinstance(v, int)}
+                if isinstance(usage, dict)
+                else None
+            ),
+            answer=raw.get("answer") if isinstance(raw.get("answer"), str) else None,
+            error=raw.get("error") if isinstance(raw.get("error"), str) else None,
+            pending_approvals=PendingApproval.parse_all(raw.get("pendingApprovals")),
+            aborted=tuple(str(a) for a in aborted) if isinstance(aborted, list) else (),
+        )
+
+
+def termination_message_json(
+    *,
+    outcome: RunOutcome,
+    state_id: str,
+    last_saved_seq: int | None,
+    turns: int,
+    usage: Mapping[str, int],
+    answer: str | None,
+    error: str | None,
+    pending_approvals: tuple[PendingApproval, ...] = (),
+    aborted: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The message as the runner writes it, fitted to the limit (see :func:`fit_termination_message`)."""
+    return fit_termination_message(
+        {
+            "outcome": outcome,
+            "stateId": state_id,
+            "lastSavedSeq": last_saved_seq,
+            "turns": turns,
+            "usage": dict(usage),
+            "answer": _cut(answer, _TEXT_LIMIT),
+            "error": _cut(error, _TEXT_LIMIT),
+            "pendingApprovals": [call.to_json() for call in pending_approvals],
+            "aborted": list(aborted),
+        }
+    )
+
+
+def fit_termination_message(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` cut to :data:`TERMINATION_MESSAGE_LIMIT` bytes of JSON.
+
+    Long tool inputs become ``{"excerpt": "..."}``, texts are cut and long lists end
+    early (``"truncated": true``).
+    """
+    if _size(message) <= TERMINATION_MESSAGE_LIMIT:
+        return message
+    for pending in message["pendingApprovals"]:
+        text = json.dumps(pending["input"], ensure_ascii=False)
+        if len(text) > 200:
+            pending["input"] = {"excerpt": text[:199] + "…"}
+    for key in ("answer", "error"):
+        if _size(message) > TERMINATION_MESSAGE_LIMIT:
+            message[key] = _cut(message[key], 300)
+    keep = max(len(message["pendingApprovals"]), len(message["aborted"]))
+    while _size(message) > TERMINATION_MESSAGE_LIMIT and keep > 0:
+        keep //= 2
+        message["pendingApprovals"] = message["pendingApprovals"][:keep]
+        message["aborted"] = message["aborted"][:keep]
+        message["truncated"] = True
+    return message
+
+
+def write_termination_message(
+    message: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> str | None:
+    """Write the message to ``$TERMINATION_MESSAGE_PATH``, or to ``/dev/termination-log``
+    when that file exists and is writable (in a pod). Returns the path written, if any."""
+    env = os.environ if environ is None else environ
+    path = env.get(ENV_TERMINATION_MESSAGE_PATH)
+    if not path:
+        default = TERMINATION_MESSAGE_PATH
+        if not (os.path.isfile(default) and os.access(default, os.W_OK)):
+            return None
+        path = default
+    try:
+        Path(path).write_text(json.dumps(message, ensure_ascii=False), encoding="utf-8")
+    except OSError:
+        return None
+    return path
+
+
+_MCP_SECRET_FIELDS: tuple[tuple[str, Literal["header", "env"]], ...] = (
+    ("headers", "header"),
+    ("env", "env"),
+)
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A value kept in a Secret, and the pod variable that carries it to the runner."""
+
+    variable: str
+    secret: str
+    key: str
+
+
+def mcp_secret_variable(server: str, kind: Literal["header", "env"], name: str) -> str:
+    """The variable holding an MCP server's header or env value from a Secret, e.g.
+    ``ALPINEAGENTS_MCP_GITHUB_HEADER_AUTHORIZATION`` (the operator sets it in the pod; a
+    person running ``alpineagents run`` elsewhere exports it)."""
+    parts = (re.sub(r"[^A-Za-z0-9]", "_", part).upper() for part in (server, kind, name))
+    return ENV_MCP_PREFIX + "_".join(parts)
+
+
+def mcp_secret_refs(spec: Mapping[str, Any]) -> list[SecretRef]:
+    """Every ``secretKeyRef`` of ``spec.mcpServers`` (headers and stdio env), as pod variables.
+
+    Lenient: items the runner would refuse are skipped (the runner says what is wrong).
+    """
+    refs: list[SecretRef] = []
+    servers = spec.get("mcpServers")
+    for server in servers if isinstance(servers, list) else []:
+        if not isinstance(server, Mapping) or not isinstance(server.get("name"), str):
+            continue
+        for field_name, kind in _MCP_SECRET_FIELDS:
+            items = server.get(field_name)
+            for item in items if isinstance(items, list) else []:
+                ref = item.get("secretKeyRef") if isinstance(item, Mapping) else None
+                if isinstance(ref, Mapping) and isinstance(item.get("name"), str):
+                    variable = mcp_secret_variable(server["name"], kind, item["name"])
+                    refs.append(SecretRef(variable, str(ref.get("name")), str(ref.get("key"))))
+    return refs
+
+
+def _size(message: Mapping[str, Any]) -> int:
+    return len(json.dumps(message, ensure_ascii=False).encode())
+
+
+def _cut(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"

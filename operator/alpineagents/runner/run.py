@@ -1,0 +1,348 @@
+"""One run of an AgentRun, start to end: :func:`run_agent_run`.
+
+It turns SIGTERM into a clean stop, opens the store (:func:`open_run_store`), loads the
+saved State or starts one from the plan (:func:`open_state`), records the approvals the
+spec gives (:func:`record_approvals`), runs the Agent, and reports how it ended: an
+:class:`~alpineagents.pod_contract.ExitCode` and the termination message
+(:func:`termination_message`), written where Kubernetes reads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import anthropic
+
+from .. import builtin_tools
+from ..agent import Agent
+from ..errors import StateNotFoundError, StoreUnavailableError
+from ..pod_contract import (
+    ENV_STATE_ID,
+    ENV_STORE,
+    ExitCode,
+    PendingApproval,
+    RunOutcome,
+    termination_message_json,
+    write_termination_message,
+)
+from ..state import State, error_text
+from ..store.base import Store
+from ..store.url import open_store
+from ..toolsets import ToolsetUnavailable
+from .build import build_agent
+from .progress import LoggedStore, ProgressLog
+from .spec import Approval, RunPlan, SpecError, parse_spec, read_manifest, spec_from_environment
+
+__all__ = [
+    "DEFAULT_STORE",
+    "RunResult",
+    "install_sigterm_handler",
+    "open_run_store",
+    "open_state",
+    "record_approvals",
+    "run_agent_run",
+    "termination_message",
+]
+
+DEFAULT_STORE = "./.agent-runs"
+
+
+def open_run_store(url: str | None, environ: Mapping[str, str] | None = None) -> Store:
+    """The store at ``url`` (else ``ALPINEAGENTS_STORE``, else ``./.agent-runs``).
+
+    Raises :class:`SpecError` for a URL it cannot use (unknown scheme, missing
+    credentials) and :class:`~alpineagents.errors.StoreUnavailableError` when the store
+    cannot be reached.
+    """
+    env = os.environ if environ is None else environ
+    location = url or env.get(ENV_STORE) or DEFAULT_STORE
+    try:
+        return open_store(location, env=dict(env))
+    except (ValueError, TypeError, LookupError) as error:
+        raise SpecError("store", f"{location}: {error}") from None
+    except Exception as error:
+        raise StoreUnavailableError(
+            f"cannot reach the store {location}: {error_text(error)}"
+        ) from None
+
+
+def open_state(store: Store, state_id: str, plan: RunPlan) -> tuple[State, list[str]]:
+    """The saved State ``state_id`` (resume), or a new one from the plan's messages.
+
+    Also returns the ids of the tool calls the load closed as aborted: calls that were
+    running when the last process stopped without saving their result.
+    """
+    try:
+        state = store.load(state_id)
+    except StateNotFoundError:
+        return State(state_id, plan.messages), []
+    closing = state.history[state.loaded_entries :]
+    aborted = [e.data["call_id"] for e in closing if e.outcome == "aborted"]
+    return state, aborted
+
+
+def record_approvals(state: State, approvals: Sequence[Approval]) -> list[Approval]:
+    """Record each approval for a call that awaits one; return those recorded.
+
+    Answers for other calls (already answered, or from earlier turns) are ignored, so a
+    spec can keep every approval it ever gave.
+    """
+    awaiting = {call.id for call in state.awaiting_approval}
+    recorded = []
+    for approval in approvals:
+        if approval.call_id in awaiting and state.approval(approval.call_id) is None:
+            state.approve(approval.call_id, approval.allow, note=approval.note)
+            recorded.append(approval)
+    return recorded
+
+
+@dataclass
+class RunResult:
+    """How a run ended: the exit code, the termination message, and the State if one was opened."""
+
+    exit_code: int
+    message: dict[str, Any]
+    state: State | None = None
+
+    @property
+    def answer(self) -> str | None:
+        return self.state.answer if self.state is not None else None
+
+
+def install_sigterm_handler() -> Callable[[], None]:
+    """Make SIGTERM raise ``SystemExit(143)``, so the run closes its calls and saves.
+
+    Returns a function that puts the previous handler back. Does nothing off the main
+    thread (only the main thread can handle signals).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    return lambda: _ignore(signal.signal(signal.SIGTERM, previous))
+
+
+def run_agent_run(
+    manifest: str | os.PathLike[str] | None = None,
+    *,
+    store_url: str | None = None,
+    state_id: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    log: ProgressLog | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+) -> RunResult:
+    """Run or resume one AgentRun, and report how it ended.
+
+    The spec comes from ``manifest`` (an AgentRun YAML file) or else from
+    ``ALPINEAGENTS_SPEC``; the store from ``store_url``, ``ALPINEAGENTS_STORE`` or
+    ``./.agent-runs``; the id from ``state_id``, ``ALPINEAGENTS_STATE_ID`` or the
+    manifest's ``metadata.name``. The termination message is written to
+    ``$TERMINATION_MESSAGE_PATH`` (or ``/dev/termination-log`` when it is writable).
+    Never raises for a failed run: the result's exit code says what happened.
+    """
+    restore = install_sigterm_handler()
+    env = os.environ if environ is None else environ
+    run = _Run(env, log)
+    try:
+        result = run.execute(manifest, store_url, state_id, workdir)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else ExitCode.SIGTERM
+        result = run.result(code, "stopped", f"stopped: {type(stop).__name__}({code})")
+    except KeyboardInterrupt:
+        result = run.result(ExitCode.INTERRUPTED, "stopped", "stopped: KeyboardInterrupt")
+    finally:
+        builtin_tools.stop_commands()
+    with contextlib.suppress(SystemExit, KeyboardInterrupt):
+        where = write_termination_message(result.message, env)
+        if run.log is not None:
+            run.log.finished(result.exit_code, result.message, where)
+    restore()
+    return result
+
+
+class _Run:
+    """One run's steps and what they found so far, for the termination message."""
+
+    def __init__(self, environ: Mapping[str, str], log: ProgressLog | None) -> None:
+        self.environ = environ
+        self.log = log
+        self.state_id: str | None = None
+        self.state: State | None = None
+        self.store: LoggedStore | None = None
+        self.aborted: list[str] = []
+
+    def execute(
+        self,
+        manifest: str | os.PathLike[str] | None,
+        store_url: str | None,
+        state_id: str | None,
+        workdir: str | os.PathLike[str] | None,
+    ) -> RunResult:
+        try:
+            plan = self._plan(manifest, state_id)
+            for warning in plan.warnings:
+                self._note("warning", warning)
+            self.store = LoggedStore(open_run_store(store_url, self.environ), self.log)
+            agent = build_agent(plan, workdir=workdir, environ=self.environ)
+        except SpecError as error:
+            return self.result(ExitCode.NOT_RETRYABLE, "failed", str(error))
+        except StoreUnavailableError as error:
+            return self.result(ExitCode.RETRYABLE, "retryable", str(error))
+        return self._run(agent, plan)
+
+    def _plan(self, manifest: str | os.PathLike[str] | None, state_id: str | None) -> RunPlan:
+        if manifest is not None:
+            spec, name = read_manifest(manifest)
+            plan = parse_spec(spec)
+        else:
+            name = None
+            plan = parse_spec(spec_from_environment(self.environ))
+        self.state_id = state_id or self.environ.get(ENV_STATE_ID) or name
+        if not self.state_id:
+            raise SpecError(
+                "id",
+                "no State id: pass --id, set ALPINEAGENTS_STATE_ID, or give the manifest a "
+                "metadata.name",
+            )
+        return plan
+
+    def _run(self, agent: Agent, plan: RunPlan) -> RunResult:
+        store, state_id = self.store, self.state_id
+        assert store is not None and state_id is not None
+        try:
+            self.state, self.aborted = open_state(store, state_id, plan)
+            if self.state.loaded_entries:
+                # Fence any older writer (a replaced pod) before this run changes anything;
+                # after the load, the claim fails if someone wrote since (MinioStore).
+                store.claim(state_id)
+        except ValueError as error:  # a format this version cannot read, or a damaged record
+            return self.result(ExitCode.NOT_RETRYABLE, "failed", error_text(error))
+        except Exception as error:
+            return self.result(ExitCode.RETRYABLE, "retryable", _store_problem(store, error))
+        state = self.state
+        if state.answer is None and not _has_credentials(self.environ):
+            return self.result(
+                ExitCode.NOT_RETRYABLE,
+                "failed",
+                "ANTHROPIC_API_KEY is not set: export your API key, or run with --offline "
+                "for the scripted echo model",
+            )
+        self._announce(store, state)
+        for approval in record_approvals(state, plan.approvals):
+            word = "allowed" if approval.allow else "refused"
+            self._note("approval", f"{approval.call_id} {word} (spec.approvals)")
+        if agent.max_turns is not None:
+            # spec.maxTurns counts the AgentRun's turns, across every process that ran it.
+            agent.max_turns = max(0, agent.max_turns - state.turns)
+        agent.store = store
+        try:
+            answer = agent.run(state)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as error:
+            return self._failed(error)
+        if answer is not None:
+            return self.result(ExitCode.ANSWERED, "answered")
+        if state.stopped == "waiting_for_approval":
+            return self.result(ExitCode.WAITING_FOR_APPROVAL, "waiting_for_approval")
+        if state.stopped == "max_turns":
+            return self.result(ExitCode.MAX_TURNS, "max_turns")
+        return self.result(
+            ExitCode.RETRYABLE, "retryable", f"the run stopped without an answer ({state.stopped})"
+        )
+
+    def _failed(self, error: Exception) -> RunResult:
+        assert self.store is not None
+        if error is self.store.failure:
+            return self.result(ExitCode.RETRYABLE, "retryable", _store_problem(self.store, error))
+        if isinstance(error, anthropic.APIStatusError):
+            status = error.status_code
+            if 400 <= status < 500 and status not in (408, 409, 429):
+                return self.result(
+                    ExitCode.NOT_RETRYABLE, "failed", f"the model refused: {error_text(error)}"
+                )
+        if isinstance(error, anthropic.APIError):
+            return self.result(
+                ExitCode.RETRYABLE, "retryable", f"model unavailable: {error_text(error)}"
+            )
+        if isinstance(error, ToolsetUnavailable):
+            return self.result(ExitCode.RETRYABLE, "retryable", f"tools unavailable: {error}")
+        if isinstance(error, TypeError | ValueError):
+            # The State, Agent or store do not fit together (e.g. an async-only store).
+            return self.result(ExitCode.NOT_RETRYABLE, "failed", error_text(error))
+        return self.result(ExitCode.RETRYABLE, "retryable", error_text(error))
+
+    def _announce(self, store: Store, state: State) -> None:
+        saved = state.loaded_entries
+        if saved == 0:
+            self._note("start", f"{state.id} (a new State) in {store!r}")
+            return
+        status = "answered" if state.answer is not None else state.stopped or "interrupted"
+        line = f"{state.id} at seq {saved} ({status}, {state.turns} turns) from {store!r}"
+        if self.aborted:
+            line += f"; closed as aborted: {', '.join(self.aborted)}"
+        self._note("resume", line)
+
+    def _note(self, event: str, text: str) -> None:
+        if self.log is not None:
+            self.log.note(event, text, state=self.state_id)
+
+    def result(self, code: int, outcome: RunOutcome, error: str | None = None) -> RunResult:
+        message = termination_message(
+            outcome=outcome,
+            state_id=self.state_id or "",
+            state=self.state,
+            error=error,
+            aborted=self.aborted,
+        )
+        return RunResult(int(code), message, self.state)
+
+
+def _store_problem(store: Store, error: BaseException) -> str:
+    kind = "store unavailable" if isinstance(error, OSError) else "store failed"
+    return f"{kind}: {store!r}: {error_text(error)}"
+
+
+def _has_credentials(environ: Mapping[str, str]) -> bool:
+    return bool(environ.get("ANTHROPIC_API_KEY") or environ.get("ANTHROPIC_AUTH_TOKEN"))
+
+
+def _ignore(value: object) -> None:
+    return None
+
+
+def termination_message(
+    *,
+    outcome: RunOutcome,
+    state_id: str,
+    state: State | None,
+    error: str | None = None,
+    aborted: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The termination message of a run that got as far as ``state`` (see
+    :class:`~alpineagents.pod_contract.TerminationMessage`); at most 4096 bytes."""
+    saved = state.saved_entries if state is not None else 0
+    return termination_message_json(
+        outcome=outcome,
+        state_id=state_id,
+        last_saved_seq=saved - 1 if saved else None,
+        turns=state.turns if state is not None else 0,
+        usage=state.usage if state is not None else {},
+        answer=state.answer if state is not None else None,
+        error=error,
+        pending_approvals=tuple(
+            PendingApproval(call.id, call.name, call.input)
+            for call in (state.awaiting_approval if state is not None else [])
+        ),
+        aborted=tuple(aborted),
+    )

@@ -1,0 +1,284 @@
+"""An AgentRun's spec, checked: :func:`parse_spec` turns it into a :class:`RunPlan`.
+
+The spec comes from a manifest file (:func:`read_manifest`, for ``alpineagents run
+FILE.yaml``) or, in a pod, from ``ALPINEAGENTS_SPEC`` (:func:`spec_from_environment`).
+Every problem is a :class:`SpecError` naming the field and what to do.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import builtin_tools
+from ..mcp_spec import MCPServerSpec, MCPSpecError, parse_mcp_servers
+from ..messages import Message
+from ..pod_contract import API_VERSION, ENV_SPEC, KIND
+
+__all__ = [
+    "Approval",
+    "RunPlan",
+    "SpecError",
+    "parse_spec",
+    "read_manifest",
+    "spec_from_environment",
+]
+
+
+class SpecError(ValueError):
+    """A spec, manifest or setting the runner cannot use; names the field and what to do."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where}: {problem}")
+        self.where = where
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A person's answer to a tool call that asked for approval (``spec.approvals[]``)."""
+
+    call_id: str
+    allow: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What an AgentRun spec asks for, checked. ``spec`` is the raw spec, for factories."""
+
+    model: str
+    messages: tuple[Message, ...]
+    system: str | None = None
+    max_turns: int | None = None
+    max_tokens: int | None = None
+    tools: tuple[str, ...] = ()
+    agent: str | None = None
+    require_approval: tuple[str, ...] = ()
+    approvals: tuple[Approval, ...] = ()
+    mcp_servers: tuple[MCPServerSpec, ...] = ()
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+_SPEC_FIELDS = (
+    "model",
+    "prompt",
+    "messages",
+    "system",
+    "maxTurns",
+    "maxTokens",
+    "tools",
+    "agent",
+    "requireApproval",
+    "approvals",
+    "mcpServers",
+)
+_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def parse_spec(spec: object, *, where: str = "spec") -> RunPlan:
+    """Check an AgentRun ``.spec`` (camelCase fields) and turn it into a :class:`RunPlan`.
+
+    Raises :class:`SpecError` naming the first field that is wrong. Fields the runner does
+    not read are left to the operator; one that looks like a misspelt runner field gives a
+    warning in ``RunPlan.warnings``.
+    """
+    if not isinstance(spec, Mapping):
+        raise SpecError(where, "must be a mapping of fields (model, prompt, tools, ...)")
+    model = spec.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise SpecError(f"{where}.model", "required: the Claude model to run, e.g. claude-sonnet-5")
+    messages = _parse_messages(spec, where)
+    system = _optional(spec, "system", where)
+    max_turns = _positive_int(spec, "maxTurns", where)
+    max_tokens = _positive_int(spec, "maxTokens", where)
+    tools = tuple(_names(spec, "tools", where))
+    unknown = [name for name in tools if name not in builtin_tools.NAMES]
+    if unknown:
+        raise SpecError(
+            f"{where}.tools",
+            f"unknown tool {unknown[0]!r}; built-in tools are: {', '.join(builtin_tools.NAMES)}",
+        )
+    agent = _optional(spec, "agent", where)
+    if agent is not None and not _IMPORT_PATH.match(agent):
+        raise SpecError(
+            f"{where}.agent",
+            f"{agent!r} is not an import path; write it as package.module:factory",
+        )
+    try:
+        mcp_servers = parse_mcp_servers(spec, where)
+    except MCPSpecError as error:
+        raise SpecError(error.where, error.problem) from None
+    warnings = []
+    for key in spec:
+        if key not in _SPEC_FIELDS:
+            close = difflib.get_close_matches(str(key), _SPEC_FIELDS, n=1, cutoff=0.8)
+            if close or str(key).lower() in {f.lower() for f in _SPEC_FIELDS}:
+                hint = close[0] if close else str(key)
+                warnings.append(
+                    f"{where}.{key}: not a field the runner reads; did you mean {hint!r}?"
+                )
+    return RunPlan(
+        model=model,
+        messages=messages,
+        system=system,
+        max_turns=max_turns,
+        max_tokens=max_tokens,
+        tools=tools,
+        agent=agent,
+        require_approval=tuple(_names(spec, "requireApproval", where)),
+        approvals=_parse_approvals(spec, where),
+        mcp_servers=mcp_servers,
+        spec=dict(spec),
+        warnings=tuple(warnings),
+    )
+
+
+def _parse_messages(spec: Mapping[str, Any], where: str) -> tuple[Message, ...]:
+    prompt, raw = spec.get("prompt"), spec.get("messages")
+    if prompt is not None and raw is not None:
+        raise SpecError(where, "give either prompt or messages, not both")
+    if prompt is not None:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise SpecError(f"{where}.prompt", "must be a non-empty string")
+        return (Message.user(prompt),)
+    if raw is None:
+        raise SpecError(where, "needs a prompt (a string) or messages (a list of {role, content})")
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(f"{where}.messages", "must be a non-empty list of {role, content}")
+    messages = []
+    for index, item in enumerate(raw):
+        at = f"{where}.messages[{index}]"
+        if not isinstance(item, Mapping):
+            raise SpecError(at, "must be a mapping with role and content")
+        if item.get("role") not in ("user", "assistant"):
+            raise SpecError(f"{at}.role", "must be 'user' or 'assistant'")
+        content = item.get("content")
+        is_blocks = isinstance(content, list) and all(
+            isinstance(b, Mapping) and "type" in b for b in content
+        )
+        if not (isinstance(content, str) and content) and not (is_blocks and content):
+            raise SpecError(f"{at}.content", "must be text or a list of content blocks")
+        messages.append(Message.from_dict({"role": item["role"], "content": content}))
+    if messages[0].role != "user":
+        raise SpecError(f"{where}.messages[0].role", "the first message must be the user's")
+    return tuple(messages)
+
+
+def _optional(spec: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = spec.get(key)
+    if value is not None and not isinstance(value, str):
+        raise SpecError(f"{where}.{key}", f"must be a string, not {type(value).__name__}")
+    return value
+
+
+def _positive_int(spec: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"{where}.{key}", f"must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+def _names(spec: Mapping[str, Any], key: str, where: str) -> list[str]:
+    value = spec.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise SpecError(f"{where}.{key}", "must be a list of tool names")
+    return list(dict.fromkeys(value))
+
+
+def _parse_approvals(spec: Mapping[str, Any], where: str) -> tuple[Approval, ...]:
+    value = spec.get("approvals")
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SpecError(f"{where}.approvals", "must be a list of {callId, allow, note}")
+    approvals = []
+    for index, item in enumerate(value):
+        at = f"{where}.approvals[{index}]"
+        if not isinstance(item, Mapping):
+            raise SpecError(at, "must be a mapping with callId and allow")
+        call_id, allow, note = item.get("callId"), item.get("allow"), item.get("note", "")
+        if not isinstance(call_id, str) or not call_id:
+            raise SpecError(f"{at}.callId", "required: the id of the tool call being answered")
+        if not isinstance(allow, bool):
+            raise SpecError(f"{at}.allow", "required: true to run the call, false to refuse it")
+        if not isinstance(note, str):
+            raise SpecError(f"{at}.note", "must be a string")
+        approvals.append(Approval(call_id, allow, note))
+    return tuple(approvals)
+
+
+def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str | None]:
+    """Read an AgentRun manifest (YAML): its ``spec`` and ``metadata.name``.
+
+    Raises :class:`SpecError` for an unreadable file, bad YAML or a manifest that is not
+    an ``alpineagents.dev/v1`` AgentRun.
+    """
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise SpecError(where, f"cannot read it: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise SpecError(where, "is not UTF-8 text") from None
+    try:
+        manifest = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise SpecError(where, f"not valid YAML: {_yaml_problem(error)}") from None
+    if not isinstance(manifest, Mapping):
+        raise SpecError(
+            where, f"must be an {KIND} manifest (a mapping with apiVersion, kind, spec)"
+        )
+    if manifest.get("apiVersion") != API_VERSION:
+        raise SpecError(
+            f"{where}: apiVersion",
+            f"must be {API_VERSION}, not {manifest.get('apiVersion')!r}",
+        )
+    if manifest.get("kind") != KIND:
+        raise SpecError(f"{where}: kind", f"must be {KIND}, not {manifest.get('kind')!r}")
+    spec = manifest.get("spec")
+    if not isinstance(spec, Mapping):
+        raise SpecError(f"{where}: spec", "required: a mapping with model, prompt, ...")
+    metadata = manifest.get("metadata") or {}
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if name is not None and (not isinstance(name, str) or not name):
+        raise SpecError(f"{where}: metadata.name", "must be a non-empty string")
+    return dict(spec), name
+
+
+def spec_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The spec a pod gets as JSON in ``ALPINEAGENTS_SPEC``."""
+    raw = environ.get(ENV_SPEC)
+    if not raw:
+        raise SpecError(
+            "ALPINEAGENTS_SPEC",
+            "not set: give an AgentRun manifest (alpineagents run FILE.yaml), or set it to the "
+            "spec as JSON",
+        )
+    try:
+        spec = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise SpecError("ALPINEAGENTS_SPEC", f"not valid JSON: {error}") from None
+    if not isinstance(spec, dict):
+        raise SpecError("ALPINEAGENTS_SPEC", "must be a JSON object (the AgentRun's .spec)")
+    return spec
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"{error.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(error).split())

@@ -1,0 +1,10 @@
+"""MinioStore: States in any S3-compatible object store (needs the ``minio`` extra).
+
+:mod:`.minio_store` holds the store (its docstring describes the layout, merging and
+fencing); :mod:`.segments` the pure algebra of its segments.
+"""
+
+from ...errors import MissingBucketError, StateFencedError, StoreUnavailableError
+from .minio_store import MinioStore
+
+__all__ = ["MinioStore", "MissingBucketError", "StateFencedError", "StoreUnavailableError"]

@@ -1,0 +1,214 @@
+"""The segment algebra of MinioStore: pure functions, no requests.
+
+A State's history is stored as immutable *segments* (see :mod:`.minio_store` for the
+layout): these functions name and parse them, decide which of them a read needs and
+which entry of each seq wins (:func:`live_segments`, :func:`pick_entries`), and plan
+merges (:func:`plan_merge`). Each is a row in a table-driven unit test
+(``tests/stores/test_segments.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import jsonl
+
+__all__ = [
+    "MERGE_GROWTH",
+    "Lines",
+    "MergePlan",
+    "Segment",
+    "checked_prefix",
+    "lines_bytes",
+    "lines_of",
+    "live_segments",
+    "new_entries",
+    "parse_lines",
+    "parse_segment_name",
+    "pick_entries",
+    "plan_merge",
+    "segment_name",
+]
+
+MERGE_GROWTH = 2.0
+"""An older segment joins a merge while it is at most this many times the merged size."""
+_SEGMENT = re.compile(r"(\d{12})-(\d{12})-(\d{10})\.jsonl")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment object: entries ``first..last`` of a history, written at ``epoch``."""
+
+    key: str  # the full object key
+    first: int
+    last: int
+    epoch: int
+
+    @property
+    def size(self) -> int:
+        return self.last - self.first + 1
+
+    def within(self, first: int, last: int) -> bool:
+        return first <= self.first and self.last <= last
+
+
+@dataclass
+class MergePlan:
+    """A merge: ``inputs`` become one segment ``first..last``; ``drop`` is then unneeded."""
+
+    inputs: list[Segment]
+    first: int
+    last: int
+    drop: list[Segment] = field(default_factory=list)  # keys to delete
+
+
+Lines = list[tuple[int, bytes]]  # (seq, JSON line without newline) of a segment
+
+
+def new_entries(state_id: str, entries: list[dict[str, Any]], have: int) -> list[dict[str, Any]]:
+    """The entries at or after seq ``have``; they must follow on without a gap."""
+    new = sorted((e for e in entries if int(e["seq"]) >= have), key=lambda e: int(e["seq"]))
+    for index, entry in enumerate(new):
+        if int(entry["seq"]) != have + index:
+            raise ValueError(
+                f"State {state_id!r}: the store has {have} entries, so the next one is seq "
+                f"{have + index}, not {entry['seq']}"
+            )
+    return new
+
+
+def parse_lines(segment: Segment, body: bytes) -> Lines:
+    """The (seq, line) pairs of a segment's body; ``ValueError`` for a damaged one."""
+    if body and not body.endswith(b"\n"):  # segments are written whole, line by line
+        raise ValueError(f"segment {segment.key} is not JSON lines: it ends mid-line (cut short)")
+    lines: Lines = []
+    for line in jsonl.complete_lines(body):
+        # The seq is read without parsing the entry (a load parses each entry once, a
+        # merge never).
+        try:
+            seq = jsonl.seq_of(line)
+        except (ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"segment {segment.key} is not JSON lines ({error})") from None
+        if not segment.first <= seq <= segment.last:
+            raise ValueError(
+                f"segment {segment.key} holds seq {seq}, outside its {segment.first}-{segment.last}"
+            )
+        lines.append((seq, line))
+    return lines
+
+
+def lines_of(entries: Iterable[dict[str, Any]]) -> Lines:
+    """Entries as the (seq, line) pairs of a segment."""
+    return [(int(entry["seq"]), jsonl.encode_line(entry)) for entry in entries]
+
+
+def lines_bytes(lines: Lines) -> int:
+    """The size of a segment made of ``lines``."""
+    return sum(len(line) + 1 for _, line in lines)
+
+
+def live_segments(segments: Iterable[Segment], committed: int, epoch: int) -> list[Segment]:
+    """The segments a read needs, by first seq: visible, not contained in another one.
+
+    A segment is contained (superseded) when another one holds all its seqs with an epoch
+    at least as high: for each seq the highest epoch wins, so it would never be used.
+    """
+    visible = [s for s in segments if s.first < committed and s.epoch <= epoch]
+    # Longest first among equal starts, higher epoch first among equal ranges: a segment
+    # can only be contained in one sorted before it.
+    visible.sort(key=lambda s: (s.first, -s.last, -s.epoch))
+    reach: dict[int, int] = {}  # epoch -> furthest last seq of a segment seen so far
+    live = []
+    for segment in visible:
+        if any(last >= segment.last for e, last in reach.items() if e >= segment.epoch):
+            continue
+        live.append(segment)
+        reach[segment.epoch] = max(reach.get(segment.epoch, -1), segment.last)
+    return live
+
+
+def pick_entries(segments: Iterable[tuple[Segment, Lines]], committed: int) -> Lines:
+    """Entries ``0..committed-1`` that are there: for each seq, from the highest epoch."""
+    by_seq: dict[int, bytes] = {}
+    for _, lines in sorted(segments, key=lambda pair: -pair[0].epoch):
+        for seq, line in lines:
+            if seq < committed:
+                by_seq.setdefault(seq, line)
+    return [(seq, by_seq[seq]) for seq in sorted(by_seq)]
+
+
+def plan_merge(listed: list[Segment], committed: int, epoch: int) -> MergePlan:
+    """Which newest segments to merge into one, and which segments that makes unneeded.
+
+    Size-tiered: the newest segment, then older ones while each is at most
+    ``MERGE_GROWTH`` times what is merged so far; then any older segment overlapping the
+    range, so that the merged one holds every seq of its range from the right epoch.
+    """
+    live = live_segments(listed, committed, epoch)
+    start = len(live)
+    if live:
+        start -= 1
+        merged = live[-1].size
+        while start > 0 and live[start - 1].size <= MERGE_GROWTH * merged:
+            start -= 1
+            merged += live[start].size
+        while True:  # an older segment reaching into the range must join it
+            low = min(s.first for s in live[start:])
+            reaching = [i for i in range(start) if live[i].last >= low]
+            if not reaching:
+                break
+            start = min(reaching)
+    inputs = live[start:] if len(live) - start >= 2 else []
+    if inputs:
+        first = min(s.first for s in inputs)
+        last = min(committed - 1, max(s.last for s in inputs))
+    else:
+        first, last = 0, -1
+    live_keys = {s.key for s in live}
+    drop = []
+    for segment in listed:
+        if segment.epoch > epoch:
+            continue  # a newer owner's: never ours to judge
+        if inputs and segment.within(first, last):
+            drop.append(segment)  # held by the merged segment
+        elif segment.first >= committed and segment.epoch < epoch:
+            drop.append(segment)  # a fenced writer's leftovers, past what was committed
+        elif segment.key not in live_keys and segment.first < committed:
+            drop.append(segment)  # contained in a live segment of at least its epoch
+    if inputs:
+        name = segment_name(first, last, epoch)
+        drop = [s for s in drop if not s.key.endswith("/" + name)]
+    return MergePlan(inputs, first, last, drop)
+
+
+def segment_name(first: int, last: int, epoch: int) -> str:
+    """The object name of segment ``first..last`` of ``epoch`` (under ``h-<incarnation>/``)."""
+    return f"{first:012d}-{last:012d}-{epoch:010d}.jsonl"
+
+
+def parse_segment_name(key: str, folder: str) -> Segment | None:
+    """The segment that object ``key`` under ``folder`` (``.../h-<incarnation>/``) is, or
+    None for an object that is not one (another name, or ``first > last``)."""
+    match = _SEGMENT.fullmatch(key[len(folder) :])
+    if match is None:
+        return None
+    first, last, epoch = (int(group) for group in match.groups())
+    return Segment(key, first, last, epoch) if first <= last else None
+
+
+def checked_prefix(prefix: str) -> str:
+    """``""`` or ``"a/b/"``; refuses parts that could climb out (``..``) or be ambiguous."""
+    stripped = prefix.strip("/")
+    if not stripped:
+        return ""
+    parts = stripped.split("/")
+    for part in parts:
+        if part in ("", ".", "..") or "\\" in part or "\x00" in part:
+            raise ValueError(
+                f"MinioStore prefix {prefix!r} is not a plain key prefix (no empty, '.' or "
+                f"'..' parts, no backslash or NUL)"
+            )
+    return stripped + "/"

@@ -1,0 +1,588 @@
+"""A scripted stand-in for the Anthropic Messages API, served over real HTTP.
+
+The server speaks enough of the Messages API (``POST /v1/messages``, streaming and not,
+and ``POST /v1/messages/count_tokens``) for the unmodified ``anthropic`` client to talk
+to it: point the client at :attr:`ModelServer.url` (``base_url=`` or
+``ANTHROPIC_BASE_URL``). Each model request consumes the next turn of a *script*
+(:mod:`.script`)::
+
+    with ModelServer([reply("I'll look", tool_use("read", {"path": "a.txt"})),
+                      error(529),
+                      reply("Done.")]) as server:
+        client = anthropic.Anthropic(base_url=server.url, api_key="test")
+        ...
+
+When the script runs out the server answers 500 ``api_error`` ("script exhausted"),
+unless ``echo=True``, in which case the echo model answers (:mod:`.echo`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import logging
+import math
+import select
+import socket
+import threading
+import uuid
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+from .echo import echo_reply
+from .script import Drop, Failure, Hold, Reply, Turn, as_answer
+
+__all__ = ["ModelServer", "RecordedRequest"]
+
+_log = logging.getLogger("alpineagents.testing")
+
+# The SDK treats a zero retry hint as "no hint" and falls back to its own backoff
+# (about a second); 1 ms keeps "retry at once" fast while still being a hint.
+_MIN_RETRY_AFTER_MS = 1
+# How often a held answer looks at whether its client went away or the server stops.
+_HOLD_CHECK_SECONDS = 0.05
+# How often serve_forever looks for shutdown(); stop() waits up to this long.
+_SHUTDOWN_POLL_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the server received: its path (no query), headers (lower-case
+    names) and decoded JSON body."""
+
+    path: str
+    headers: Mapping[str, str]
+    body: Mapping[str, Any]
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream", False))
+
+
+class ModelServer:
+    """The scripted Messages API on a loopback port, in a background thread.
+
+    ``ModelServer(script, echo=False)``; use as a context manager or call
+    :meth:`start` / :meth:`stop`. Thread-safe: tests may :meth:`add` turns, read
+    :attr:`requests` and :meth:`release` holds while clients are talking to it.
+    """
+
+    def __init__(
+        self,
+        script: Iterable[Turn] | None = None,
+        *,
+        echo: bool = False,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.echo = echo
+        self._address = (host, port)
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._script: deque[Reply | Failure | Drop | Hold] = deque()
+        self._scripted = 0
+        self._requests: list[RecordedRequest] = []
+        self._token_count_requests: list[RecordedRequest] = []
+        self._held: list[threading.Event] = []
+        self._stopping = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.add(*(script or ()))
+
+    # lifecycle
+
+    def start(self) -> Self:
+        """Bind the port and start serving; returns ``self``."""
+        if self._httpd is not None:
+            raise RuntimeError("ModelServer already started")
+        self._stopping.clear()
+        httpd = _HTTPServer(self._address, self)
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": _SHUTDOWN_POLL_SECONDS},
+            name=f"model-server-{httpd.server_port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving: held and delayed answers end by closing their connection, open
+        connections are closed, and every handler thread has finished when this returns."""
+        httpd = self._httpd
+        if httpd is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        httpd.close_connections()
+        httpd.server_close()  # joins the handler threads
+        if self._thread is not None:
+            self._thread.join()
+        self._httpd = None
+        self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # where to find it
+
+    @property
+    def url(self) -> str:
+        """Base URL for the client, e.g. ``http://127.0.0.1:41234``."""
+        if self._httpd is None:
+            raise RuntimeError("ModelServer is not started")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for a child process's ``anthropic`` client: ``ANTHROPIC_BASE_URL``
+        and a dummy ``ANTHROPIC_API_KEY``."""
+        return {"ANTHROPIC_BASE_URL": self.url, "ANTHROPIC_API_KEY": "scripted-model-key"}
+
+    # the script
+
+    def add(self, *turns: Turn) -> None:
+        """Append turns to the script (also while serving)."""
+        answers = [as_answer(t) for t in turns]
+        with self._lock:
+            self._script.extend(answers)
+            self._scripted += len(answers)
+
+    @property
+    def turns_left(self) -> int:
+        """Scripted turns not yet consumed."""
+        with self._lock:
+            return len(self._script)
+
+    # what arrived
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every model request (``POST /v1/messages``) so far, in arrival order (a copy).
+
+        Includes requests answered with errors, malformed ones and ones past the end of
+        the script."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def token_count_requests(self) -> list[RecordedRequest]:
+        """Every ``POST /v1/messages/count_tokens`` request so far (a copy)."""
+        with self._lock:
+            return list(self._token_count_requests)
+
+    def wait_for_requests(self, n: int, timeout: float = 120.0) -> list[RecordedRequest]:
+        """Block until at least ``n`` model requests arrived; return them all.
+
+        Raises ``TimeoutError`` if they have not arrived within ``timeout`` seconds. The
+        default is generous on purpose: a child process that makes the request may need
+        many seconds just to start on a busy machine. A held request counts as soon as it
+        arrives."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: len(self._requests) >= n, timeout):
+                raise TimeoutError(
+                    f"expected {n} model requests within {timeout}s, got {len(self._requests)}"
+                )
+            return list(self._requests)
+
+    def release(self) -> int:
+        """Let every request currently held by a :func:`hold` turn get its answer.
+
+        Returns how many were released. Holds that arrive later stay held."""
+        with self._lock:
+            held, self._held = self._held, []
+        for event in held:
+            event.set()
+        return len(held)
+
+    # called by the handler threads
+
+    def _take_turn(
+        self, recorded: RecordedRequest
+    ) -> tuple[int, Turn | None, threading.Event | None]:
+        with self._lock:
+            self._requests.append(recorded)
+            number = len(self._requests)
+            turn = self._script.popleft() if self._script else None
+            released: threading.Event | None = None
+            if isinstance(turn, Hold):
+                released = threading.Event()
+                self._held.append(released)
+            self._arrived.notify_all()
+            return number, turn, released
+
+    def _record_malformed(self, recorded: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(recorded)
+            self._arrived.notify_all()
+
+    def _record_token_count(self, recorded: RecordedRequest) -> None:
+        with self._lock:
+            self._token_count_requests.append(recorded)
+
+    def _exhausted_failure(self, number: int) -> Failure:
+        with self._lock:
+            scripted = self._scripted
+        return Failure(
+            status=500,
+            message=(
+                f"model script exhausted: request #{number} has no scripted turn "
+                f"(the script had {scripted}); add turns with ModelServer.add() "
+                "or use echo=True"
+            ),
+        )
+
+
+class _HTTPServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = True  # server_close() joins the handler threads
+
+    def __init__(self, address: tuple[str, int], model: ModelServer) -> None:
+        self.model = model
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def track(self, connection: socket.socket, open_: bool) -> None:
+        with self._connections_lock:
+            if open_:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+    def close_connections(self) -> None:
+        # Keep-alive handlers sit in readline() waiting for a next request; a shutdown
+        # wakes them so server_close() can join them.
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        _log.exception("model server: error while handling a request from %s", client_address)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "alpineagents-scripted-model"
+    server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, True)
+
+    def finish(self) -> None:
+        self.server.track(self.connection, False)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        _log.debug("model server: " + format, *args)
+
+    # routing
+
+    def do_GET(self) -> None:
+        self._send_error(404, "not_found_error", f"{self.command} {self.path} is not served")
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        raw = self._read_body()
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        try:
+            body = json.loads(raw) if raw else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if path not in ("/v1/messages", "/v1/messages/count_tokens"):
+            self._send_error(404, "not_found_error", f"POST {path} is not served")
+            return
+        recorded = RecordedRequest(
+            path=path, headers=headers, body=body if isinstance(body, dict) else {}
+        )
+        problem = _request_problem(body, path)
+        if path == "/v1/messages/count_tokens":
+            self.server.model._record_token_count(recorded)
+            if problem:
+                self._send_error(400, "invalid_request_error", problem)
+            else:
+                self._send_json(200, {"input_tokens": _count_input_tokens(recorded.body)})
+            return
+        model = self.server.model
+        if problem:
+            model._record_malformed(recorded)
+            self._send_error(400, "invalid_request_error", problem)
+            return
+        number, turn, released = model._take_turn(recorded)
+        answer = as_answer(turn) if turn is not None else None
+        if isinstance(answer, Hold):
+            assert released is not None
+            _log.info("model request #%d: held", number)
+            if not self._wait_for_release(released):
+                _log.info("model request #%d: hold ended without release", number)
+                self.close_connection = True
+                return
+            answer = answer.then
+        if answer is None:
+            answer = echo_reply(recorded.body) if model.echo else model._exhausted_failure(number)
+        _log.info("model request #%d: %s", number, type(answer).__name__.lower())
+        if answer.delay > 0 and self.server.model._stopping.wait(answer.delay):
+            self.close_connection = True
+            return
+        try:
+            self._answer(recorded, answer)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client went away mid-answer; nothing left to tell it.
+            self.close_connection = True
+
+    # answers
+
+    def _answer(self, recorded: RecordedRequest, answer: Reply | Failure | Drop) -> None:
+        if isinstance(answer, Failure):
+            if answer.in_stream and recorded.stream:
+                self._stream_failure(recorded, answer)
+            else:
+                self._send_failure(answer)
+        elif isinstance(answer, Drop):
+            if recorded.stream:
+                self._start_stream()
+                self._send_event("message_start", _message_start(recorded.body))
+            # Without the terminating chunk (or any response) the client sees a broken body.
+            self.close_connection = True
+        elif recorded.stream:
+            self._stream_reply(recorded, answer)
+        else:
+            self._send_json(200, _message(recorded.body, answer), _request_id_header())
+
+    def _stream_reply(self, recorded: RecordedRequest, answer: Reply) -> None:
+        content = _content_blocks(answer)
+        self._start_stream()
+        self._send_event("message_start", _message_start(recorded.body))
+        self._send_event("ping", {"type": "ping"})
+        for index, block in enumerate(content):
+            if block["type"] == "text":
+                start: dict[str, Any] = {"type": "text", "text": ""}
+                deltas = [{"type": "text_delta", "text": piece} for piece in _pieces(block["text"])]
+            else:
+                start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+                deltas = [
+                    {"type": "input_json_delta", "partial_json": piece}
+                    for piece in _pieces(json.dumps(block["input"]))
+                ]
+            self._send_event(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+            for delta in deltas:
+                self._send_event(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+            self._send_event("content_block_stop", {"type": "content_block_stop", "index": index})
+        self._send_event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": answer.resolved_stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": _count_output_tokens(content)},
+            },
+        )
+        self._send_event("message_stop", {"type": "message_stop"})
+        self._end_stream()
+
+    def _stream_failure(self, recorded: RecordedRequest, failure: Failure) -> None:
+        self._start_stream()
+        self._send_event("message_start", _message_start(recorded.body))
+        self._send_event("ping", {"type": "ping"})
+        self._send_event("error", _error_body(failure.error_type, failure.message))
+        self._end_stream()
+
+    def _send_failure(self, failure: Failure) -> None:
+        headers = _request_id_header()
+        if failure.retry_after is not None:
+            ms = max(_MIN_RETRY_AFTER_MS, round(failure.retry_after * 1000))
+            headers["retry-after"] = str(math.ceil(failure.retry_after))
+            headers["retry-after-ms"] = str(ms)
+        self._send_json(failure.status, _error_body(failure.error_type, failure.message), headers)
+
+    def _send_error(self, status: int, error_type: str, message: str) -> None:
+        self._send_json(status, _error_body(error_type, message), _request_id_header())
+
+    # wire
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _send_json(
+        self, status: int, payload: object, headers: Mapping[str, str] | None = None
+    ) -> None:
+        data = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        for name, value in _request_id_header().items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.flush()
+
+    def _send_event(self, event: str, data: object) -> None:
+        chunk = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _wait_for_release(self, released: threading.Event) -> bool:
+        stopping = self.server.model._stopping
+        while not released.wait(_HOLD_CHECK_SECONDS):
+            if stopping.is_set() or _client_gone(self.connection):
+                return False
+        return True
+
+
+def _client_gone(connection: socket.socket) -> bool:
+    readable, _, _ = select.select([connection], [], [], 0)
+    if not readable:
+        return False
+    try:
+        # Clients do not pipeline, so a readable socket with no data is a closed one.
+        return connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+def _request_problem(body: object, path: str) -> str | None:
+    if not isinstance(body, dict):
+        return "request body must be a JSON object"
+    required: Sequence[str] = (
+        ("model", "messages")
+        if path.endswith("count_tokens")
+        else ("model", "messages", "max_tokens")
+    )
+    for name in required:
+        if name not in body:
+            return f"{name}: Field required"
+    if not isinstance(body["model"], str) or not body["model"]:
+        return "model: must be a non-empty string"
+    if not isinstance(body["messages"], list) or not body["messages"]:
+        return "messages: must be a non-empty list"
+    for index, message in enumerate(body["messages"]):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            return f"messages.{index}: must be an object with role 'user' or 'assistant'"
+        if "content" not in message:
+            return f"messages.{index}.content: Field required"
+    if "max_tokens" in required and (
+        not isinstance(body["max_tokens"], int)
+        or isinstance(body["max_tokens"], bool)
+        or body["max_tokens"] < 1
+    ):
+        return "max_tokens: must be a positive integer"
+    return None
+
+
+def _content_blocks(answer: Reply) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for block in answer.content:
+        if isinstance(block, str):
+            blocks.append({"type": "text", "text": block})
+        else:
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": block.id or f"toolu_{uuid.uuid4().hex[:24]}",
+                    "name": block.name,
+                    "input": dict(block.input),
+                }
+            )
+    return blocks
+
+
+def _message(request: Mapping[str, Any], answer: Reply) -> dict[str, Any]:
+    content = _content_blocks(answer)
+    return {
+        "id": _message_id(),
+        "type": "message",
+        "role": "assistant",
+        "model": request["model"],
+        "content": content,
+        "stop_reason": answer.resolved_stop_reason,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": _count_input_tokens(request),
+            "output_tokens": _count_output_tokens(content),
+        },
+    }
+
+
+def _message_start(request: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "message_start",
+        "message": {
+            "id": _message_id(),
+            "type": "message",
+            "role": "assistant",
+            "model": request["model"],
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": _count_input_tokens(request), "output_tokens": 1},
+        },
+    }
+
+
+def _error_body(error_type: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": error_type, "message": message}}
+
+
+def _request_id_header() -> dict[str, str]:
+    return {"request-id": f"req_{uuid.uuid4().hex[:24]}"}
+
+
+def _message_id() -> str:
+    return f"msg_{uuid.uuid4().hex[:24]}"
+
+
+def _count_input_tokens(request: Mapping[str, Any]) -> int:
+    # A rough, stable estimate (about 4 characters a token) is all tests and demos need.
+    counted = {k: request.get(k) for k in ("system", "messages", "tools") if k in request}
+    return max(1, len(json.dumps(counted)) // 4)
+
+
+def _count_output_tokens(content: Sequence[Mapping[str, Any]]) -> int:
+    return max(1, len(json.dumps(list(content))) // 4)
+
+
+def _pieces(text: str, parts: int = 3) -> list[str]:
+    """``text`` in up to ``parts`` consecutive pieces, so clients must reassemble it."""
+    if not text:
+        return []
+    size = max(1, math.ceil(len(text) / parts))
+    return [text[i : i + size] for i in range(0, len(text), size)]

@@ -1,0 +1,800 @@
+"""One reconcile step of an AgentRun, as a pure function.
+
+:func:`decide` looks at what is (the AgentRun with its status, the pods labelled with its
+name, and optionally what the store says about its saved State) and returns one
+:class:`Decision`: a status patch, at most one pod to create, pods to delete, Events,
+and when to look again. It never talks to Kubernetes or a store, so the same inputs give
+the same answer after an operator restart, a missed event or a duplicate event, and
+every case is a row in a table-driven unit test.
+
+The decision table (``P`` = ``status.phase``, "current pod" = the pod named
+``<run>-<status.attempt>`` owned by this AgentRun's uid):
+
+========================  ===========================  ===========================================
+P                         what is seen                 move
+========================  ===========================  ===========================================
+any                       AgentRun being deleted       delete its live pods gracefully; nothing else
+any                       pods of an older AgentRun    delete them (same name, other uid)
+                          with the same name
+any but terminal          own pod with an attempt      adopt it (a step created it and then failed
+                          above status.attempt         to record it): attempt, pod, Pending
+Succeeded/Failed          anything                     nothing (stray live pods are deleted)
+(none)                    suspend                      Suspended, no pod
+(none)                    -                            create pod 1 → Pending
+Pending/Running           pod missing, recorded        lost ("PodDeleted")
+Pending/Running           pod missing, not recorded    create it
+Pending/Running           pod alive, suspend           delete it gracefully (SIGTERM: it saves) →
+                                                       Suspended
+Pending/Running           pod deleting, not by us      wait; lost ("PodStuckTerminating") once
+                                                       past its deadline + 30 s (dead node)
+Pending/Running           container running            Running
+Pending/Running           container waiting            Pending (+ reason/message of an error)
+Pending/Running           exit 0                       Succeeded, answer from the termination
+                                                       message (or the store)
+Pending/Running           exit 65                      Failed (NotRetryable), no restart
+Pending/Running           exit 76                      WaitingForApproval + pendingApprovals
+Pending/Running           exit 77                      Failed (MaxTurns)
+Pending/Running           other exit, Evicted,         suspend: Suspended. Otherwise restarts+1;
+                          OOMKilled, node lost,        over maxRestarts: Failed
+                          exit 143 / 75 / 137          (RestartLimitExceeded); else Interrupted
+                                                       with nextAttemptAt = now + backoff
+Interrupted               suspend                      Suspended
+Interrupted               before nextAttemptAt         wait (requeue at nextAttemptAt)
+Interrupted               due                          resume
+WaitingForApproval        suspend                      Suspended
+WaitingForApproval        spec.approvals answers       resume
+                          every pending callId
+WaitingForApproval        otherwise                    nothing
+Suspended                 pod still alive              wait (delete it if not yet deleting)
+Suspended                 pod exited 0 / 65 / 77       Succeeded / Failed (final outcomes win)
+Suspended                 suspend false                resume
+========================  ===========================  ===========================================
+
+"Resume" needs the saved State (``Decision.needs_saved`` asks the caller to load it and
+decide again): saved answer → Succeeded without a pod; saved stop at max turns → Failed;
+saved stop waiting for approvals that spec.approvals does not all answer →
+WaitingForApproval; otherwise fence the store (``claim_state``) and create pod
+``attempt+1`` → Pending, recording lastSavedSeq and the calls loading closed as aborted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from alpineagents.pod_contract import ExitCode
+
+from .views import (
+    JSON,
+    TERMINAL_PHASES,
+    AgentRunView,
+    PendingApproval,
+    Phase,
+    PodView,
+    SavedView,
+    format_time,
+    pod_name_for,
+)
+
+ANSWER_LIMIT = 1000
+"""Characters of the answer kept in ``status.answer`` (the full answer is in the store)."""
+STUCK_TERMINATING_SLACK = timedelta(seconds=30)
+"""How long past its deletion deadline a pod may stay before its node counts as lost."""
+
+# Waiting reasons that mean "this will not start by itself soon": shown in status.
+_WAITING_ERRORS = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CrashLoopBackOff",
+        "RunContainerError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """A Kubernetes Event to post on the AgentRun."""
+
+    type: str
+    """"Normal" or "Warning"."""
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one reconcile step does. An empty Decision means "nothing to do"."""
+
+    status: Mapping[str, Any] = field(default_factory=dict)
+    """JSON merge patch for ``.status`` (only changed fields; None deletes a field)."""
+    create_pod: int | None = None
+    """Attempt number of the pod to create (``<run>-<attempt>``)."""
+    delete_pods: tuple[str, ...] = ()
+    """Pods to delete gracefully (their SIGTERM handler saves the State)."""
+    events: tuple[RunEvent, ...] = ()
+    needs_saved: bool = False
+    """Load the saved State and call :func:`decide` again with it."""
+    claim_state: bool = False
+    """Fence the store (``store.claim``) before creating the pod, so a lost pod that is
+    somehow still running can no longer write into the State its successor owns."""
+    requeue_after: float | None = None
+    """Look again after this many seconds even if no event comes (backoff, deadlines)."""
+    lost_reason: str | None = None
+    """Set when this step noticed the current pod lost and will replace it: why it was
+    lost (starts the resume-latency clock)."""
+    note: str = ""
+    """One line for the operator's log: what this step does and why."""
+
+    @property
+    def acts(self) -> bool:
+        """Whether the step changes anything (so the next step may decide differently)."""
+        return bool(self.status or self.create_pod or self.delete_pods or self.events)
+
+
+def decide(
+    run: AgentRunView,
+    pods: Sequence[PodView],
+    saved: SavedView | None,
+    now: datetime,
+) -> Decision:
+    """The one move toward what ``run`` asks for, given what is (see the module's table).
+
+    ``pods`` are the pods labelled with the run's name (any owner); ``saved`` is the
+    store's view of the run's State, or None when it was not read (the Decision then may
+    ask for it with ``needs_saved``).
+    """
+    return _Step(run, pods, saved, now).decide()
+
+
+def pod_refused(
+    run: AgentRunView, attempt: int, status: int, message: str, now: datetime
+) -> Decision:
+    """The step after the API server refused to create pod ``attempt``.
+
+    An invalid pod (HTTP 400/422: a malformed ``resources``, ``env``, ``affinity``, ...)
+    will never be accepted: the run ends Failed with the server's words. Anything else
+    (403 from a quota, 5xx) may pass later: the run stays Pending, says why, and the
+    step is tried again.
+    """
+    step = _Step(run, (), None, now)
+    name = pod_name_for(run.name, attempt)
+    if status in (400, 422):
+        return step._fail("PodInvalid", f"pod {name} was refused: {message}", {})
+    # The phase stays: the step that wanted the pod is simply taken again later.
+    return step._to(
+        {"reason": "PodRefused", "message": f"pod {name} was refused: {message}"},
+        requeue_after=10.0,
+        note=f"pod {name} refused ({status}); trying again",
+    )
+
+
+def conditions_for(
+    phase: Phase | None,
+    reason: str | None,
+    message: str | None,
+    generation: int,
+    previous: Iterable[Mapping[str, Any]],
+    now: datetime,
+) -> list[JSON]:
+    """The status conditions for a phase: ``Running``, ``WaitingForApproval`` and
+    ``Succeeded`` (True, False on failure, Unknown while undecided).
+
+    ``lastTransitionTime`` moves only when a condition's status changes.
+    """
+    phase_reason = str(phase) if phase else "Pending"
+    text = message or ""
+    wanted: list[tuple[str, str, str, str]] = [
+        (
+            "Running",
+            *(
+                ("True", "PodRunning", "")
+                if phase == Phase.RUNNING
+                else ("False", phase_reason, text)
+            ),
+        ),
+        (
+            "WaitingForApproval",
+            *(
+                ("True", "ApprovalRequired", text)
+                if phase == Phase.WAITING_FOR_APPROVAL
+                else ("False", "NoPendingApprovals", "")
+            ),
+        ),
+    ]
+    if phase == Phase.SUCCEEDED:
+        wanted.append(("Succeeded", "True", "Answered", ""))
+    elif phase == Phase.FAILED:
+        wanted.append(("Succeeded", "False", reason or "Failed", text))
+    else:
+        wanted.append(("Succeeded", "Unknown", phase_reason, text))
+    before = {str(c.get("type")): c for c in previous if isinstance(c, Mapping)}
+    conditions = []
+    for kind, status, why, what in wanted:
+        old = before.get(kind)
+        moved = old is None or old.get("status") != status
+        conditions.append(
+            {
+                "type": kind,
+                "status": status,
+                "reason": why,
+                "message": what,
+                "lastTransitionTime": format_time(now) if moved else old["lastTransitionTime"],  # type: ignore[index]
+                "observedGeneration": generation,
+            }
+        )
+    return conditions
+
+
+def covered(pending: Sequence[PendingApproval], approved: frozenset[str]) -> bool:
+    """Whether every pending call has an answer in ``spec.approvals``."""
+    return all(call.call_id in approved for call in pending)
+
+
+# --------------------------------------------------------------------------- the step
+@dataclass(frozen=True)
+class _Outcome:
+    """How a finished pod ended, in reconcile terms."""
+
+    kind: str
+    """answered | not_retryable | waiting | max_turns | lost"""
+    reason: str
+    message: str
+
+
+class _Step:
+    def __init__(
+        self, run: AgentRunView, pods: Sequence[PodView], saved: SavedView | None, now: datetime
+    ) -> None:
+        self.run = run
+        self.saved = saved
+        self.now = now
+        self.own = [p for p in pods if p.owner_uid == run.uid]
+        self.foreign = [p for p in pods if p.owner_uid != run.uid]
+        self.status = run.status
+        self.changes: JSON = {}
+        # Pods of an earlier AgentRun with the same name must not run alongside this one.
+        self.stale = tuple(p.name for p in self.foreign if p.alive and not p.deleting)
+
+    # ------------------------------------------------------------------ entry
+    def decide(self) -> Decision:
+        run, status = self.run, self.status
+        if run.deleting:
+            stop = tuple(p.name for p in self.own if p.alive and not p.deleting)
+            return Decision(
+                delete_pods=self.stale + stop,
+                note="AgentRun is being deleted: stopping its pods" if stop else "",
+            )
+        if status.phase in TERMINAL_PHASES:
+            stray = tuple(p.name for p in self.own if p.alive and not p.deleting)
+            return self._result(delete=stray, note="finished: stopping stray pods" if stray else "")
+        self._adopt()
+        status = self.status
+        phase = status.phase
+        if phase in (None, Phase.PENDING, Phase.RUNNING):
+            if status.attempt == 0:
+                return self._new()
+            return self._active()
+        if phase == Phase.INTERRUPTED:
+            return self._interrupted()
+        if phase == Phase.WAITING_FOR_APPROVAL:
+            return self._waiting()
+        return self._suspended()
+
+    # ------------------------------------------------------------------ phases
+    def _new(self) -> Decision:
+        if self.run.suspend:
+            return self._suspend_now(None)
+        return self._start(1, "created")
+
+    def _active(self) -> Decision:
+        run, status = self.run, self.status
+        current = self._current()
+        expected = pod_name_for(run.name, status.attempt)
+        if current is None:
+            if status.pod == expected:
+                if run.suspend:
+                    return self._suspend_now(None)
+                return self._lost(expected, "PodDeleted", f"pod {expected} was deleted")
+            return self._start(status.attempt, "recreated")
+        if current.alive:
+            if run.suspend:
+                return self._suspend_now(current)
+            if current.deleting:
+                deadline = (current.deletion_deadline or self.now) + STUCK_TERMINATING_SLACK
+                if self.now >= deadline:
+                    return self._lost(
+                        current.name,
+                        "PodStuckTerminating",
+                        f"pod {current.name} did not finish terminating by "
+                        f"{format_time(deadline)}; its node is presumed lost",
+                    )
+                return self._result(
+                    requeue_after=(deadline - self.now).total_seconds(),
+                    note=f"pod {current.name} is terminating",
+                )
+            if current.running:
+                changes: JSON = {"phase": Phase.RUNNING, "reason": None, "message": None}
+                if not status.started_at:
+                    changes["startedAt"] = format_time(self.now)
+                return self._to(changes)
+            reason, message = None, None
+            if current.waiting_reason in _WAITING_ERRORS:
+                reason = current.waiting_reason
+                message = current.waiting_message or current.waiting_reason
+            elif current.unschedulable:
+                reason, message = "Unschedulable", current.unschedulable
+            return self._to({"phase": Phase.PENDING, "reason": reason, "message": message})
+        return self._finished(current)
+
+    def _finished(self, pod: PodView) -> Decision:
+        outcome = _outcome(pod)
+        report = pod.exit.report if pod.exit else None
+        facts: JSON = {}
+        if report is not None:
+            if report.last_saved_seq is not None:
+                facts["lastSavedSeq"] = report.last_saved_seq
+            if report.turns is not None:
+                facts["turns"] = report.turns
+            if report.usage is not None:
+                facts["usage"] = _usage(report.usage)
+        if outcome.kind == "answered":
+            answer = report.answer if report else None
+            if answer is None:
+                if self.saved is None:
+                    return Decision(
+                        needs_saved=True, note="answered: reading the answer from the store"
+                    )
+                answer = self.saved.answer
+                facts.update(self._saved_facts())
+            return self._succeed(answer, facts, f"answered (pod {pod.name})")
+        if outcome.kind == "not_retryable":
+            return self._fail("NotRetryable", outcome.message, facts)
+        if outcome.kind == "max_turns":
+            return self._fail("MaxTurns", outcome.message, facts)
+        if outcome.kind == "waiting":
+            pending = report.pending_approvals if report else ()
+            if not pending:
+                if self.saved is None:
+                    return Decision(needs_saved=True, note="waiting: reading pending calls")
+                pending = self.saved.pending_approvals
+                facts.update(self._saved_facts())
+            return self._wait_for_approval(pending, facts)
+        if self.run.suspend:
+            return self._suspend_now(None)
+        return self._lost(pod.name, outcome.reason, outcome.message, facts)
+
+    def _interrupted(self) -> Decision:
+        run, status = self.run, self.status
+        live = tuple(p.name for p in self._live_own() if not p.deleting)
+        if run.suspend:
+            return self._suspend_now(None, delete=live)
+        due = status.next_attempt_at
+        if due is not None and self.now < due:
+            return self._result(
+                delete=live,
+                requeue_after=(due - self.now).total_seconds(),
+                note=f"backing off until {format_time(due)}",
+            )
+        return self._resume(delete=live)
+
+    def _waiting(self) -> Decision:
+        if self.run.suspend:
+            return self._suspend_now(None)
+        if covered(self.status.pending_approvals, self.run.approved_call_ids):
+            return self._resume()
+        return self._result()
+
+    def _suspended(self) -> Decision:
+        current = self._current()
+        if current is not None and current.alive:
+            if self.run.suspend and not current.deleting:
+                return self._result(
+                    delete=(current.name,), note=f"suspended: stopping {current.name}"
+                )
+            return self._result(note=f"waiting for pod {current.name} to stop")
+        if current is not None and current.finished:
+            # A final outcome reached while stopping wins over the suspension. (Waiting for
+            # approval does not: the saved State reports it again on resume.)
+            outcome = _outcome(current)
+            if outcome.kind in ("answered", "not_retryable", "max_turns"):
+                return self._finished(current)
+        if self.run.suspend:
+            return self._result()
+        return self._resume()
+
+    # ------------------------------------------------------------------ moves
+    def _start(self, attempt: int, why: str) -> Decision:
+        name = pod_name_for(self.run.name, attempt)
+        if any(p.name == name for p in self.foreign):
+            return self._result(note=f"waiting for pod {name} of an earlier AgentRun to go")
+        return self._to(
+            {
+                "phase": Phase.PENDING,
+                "attempt": attempt,
+                "pod": name,
+                "reason": None,
+                "message": None,
+            },
+            create=attempt,
+            events=(RunEvent("Normal", "PodCreated", f"created pod {name} (attempt {attempt})"),),
+            note=f"{why}: creating pod {name}",
+        )
+
+    def _resume(self, delete: tuple[str, ...] = ()) -> Decision:
+        run, status, saved = self.run, self.status, self.saved
+        if saved is None:
+            return Decision(
+                needs_saved=True,
+                delete_pods=self.stale + delete,
+                note="resume: reading the saved State",
+            )
+        attempt = status.attempt + 1
+        message = None
+        if saved.error is not None:
+            message = f"could not read the saved State ({saved.error}); the pod will load it"
+        elif saved.exists:
+            if saved.answer is not None:
+                return self._succeed(
+                    saved.answer, self._saved_facts(), "the saved State already has its answer"
+                )
+            if saved.stopped == "max_turns":
+                return self._fail(
+                    "MaxTurns", "the saved State stopped at the turn limit", self._saved_facts()
+                )
+            if (
+                saved.stopped == "waiting_for_approval"
+                and saved.pending_approvals
+                and not covered(saved.pending_approvals, run.approved_call_ids)
+            ):
+                return self._wait_for_approval(saved.pending_approvals, self._saved_facts())
+        name = pod_name_for(run.name, attempt)
+        if any(p.name == name for p in self.foreign):
+            return self._result(
+                delete=delete, note=f"waiting for pod {name} of an earlier AgentRun to go"
+            )
+        changes: JSON = {
+            "phase": Phase.PENDING,
+            "attempt": attempt,
+            "pod": name,
+            "nextAttemptAt": None,
+            "pendingApprovals": None,
+            "reason": None,
+            "message": message,
+        }
+        if saved.exists and saved.error is None:
+            changes.update(self._saved_facts())
+            aborted = list(dict.fromkeys([*status.aborted_calls, *saved.aborted_calls]))
+            if aborted:
+                changes["abortedCalls"] = aborted
+            seq = saved.last_saved_seq
+            new = [c for c in saved.aborted_calls if c not in status.aborted_calls]
+            closed = f"; calls closed as aborted: {', '.join(new)}" if new else ""
+            event = RunEvent(
+                "Normal",
+                "Resumed",
+                f"pod {name} (attempt {attempt}) resumes from saved entry {seq}{closed}",
+            )
+        else:
+            event = RunEvent("Normal", "PodCreated", f"created pod {name} (attempt {attempt})")
+        return self._to(
+            changes,
+            create=attempt,
+            delete=delete,
+            claim=saved.exists and saved.error is None,
+            events=(event,),
+            note=f"resuming: creating pod {name}",
+        )
+
+    def _lost(
+        self, pod_name: str, reason: str, message: str, facts: JSON | None = None
+    ) -> Decision:
+        policy = self.run.restart_policy
+        restarts = self.status.restarts + 1
+        lost = RunEvent("Warning", "PodLost", f"{message} ({reason})")
+        if restarts > policy.max_restarts:
+            text = (
+                f"{message}; the run lost its pod {restarts} times, more than "
+                f"spec.restartPolicy.maxRestarts={policy.max_restarts}"
+            )
+            return self._fail(
+                "RestartLimitExceeded", text, {**(facts or {}), "restarts": restarts}, (lost,)
+            )
+        delay = policy.backoff(restarts)
+        changes: JSON = {
+            **(facts or {}),
+            "phase": Phase.INTERRUPTED,
+            "restarts": restarts,
+            "nextAttemptAt": format_time(self.now + timedelta(seconds=delay)),
+            "reason": reason,
+            "message": f"{message}; restart {restarts} of {policy.max_restarts} in {delay:g}s",
+        }
+        return self._to(
+            changes,
+            events=(lost,),
+            requeue_after=delay,
+            lost_reason=reason,
+            note=f"pod {pod_name} lost ({reason}): restart {restarts} in {delay:g}s",
+        )
+
+    def _suspend_now(self, current: PodView | None, delete: tuple[str, ...] = ()) -> Decision:
+        stopping = current is not None and current.alive
+        if current is not None and current.alive and not current.deleting:
+            delete = (*delete, current.name)
+        message = (
+            f"spec.suspend is true: pod {current.name} is stopping (it saves on SIGTERM)"
+            if stopping and current is not None
+            else "spec.suspend is true: no pod runs"
+        )
+        events: tuple[RunEvent, ...] = ()
+        if self.status.phase != Phase.SUSPENDED:
+            events = (RunEvent("Normal", "Suspended", message),)
+        return self._to(
+            {
+                "phase": Phase.SUSPENDED,
+                "reason": "Suspended",
+                "message": message,
+                "nextAttemptAt": None,
+            },
+            delete=delete,
+            events=events,
+            note="suspending",
+        )
+
+    def _succeed(self, answer: str | None, facts: JSON, why: str) -> Decision:
+        text = (
+            answer
+            if answer is None or len(answer) <= ANSWER_LIMIT
+            else answer[: ANSWER_LIMIT - 1] + "…"
+        )
+        return self._to(
+            {
+                **facts,
+                "phase": Phase.SUCCEEDED,
+                "answer": text,
+                "completedAt": format_time(self.now),
+                "nextAttemptAt": None,
+                "pendingApprovals": None,
+                "reason": "Answered",
+                "message": None,
+            },
+            events=(RunEvent("Normal", "Succeeded", why),),
+            note=f"succeeded: {why}",
+        )
+
+    def _fail(
+        self, reason: str, message: str, facts: JSON, events: tuple[RunEvent, ...] = ()
+    ) -> Decision:
+        return self._to(
+            {
+                **facts,
+                "phase": Phase.FAILED,
+                "completedAt": format_time(self.now),
+                "nextAttemptAt": None,
+                "reason": reason,
+                "message": message,
+            },
+            events=(*events, RunEvent("Warning", "Failed", f"{reason}: {message}")),
+            note=f"failed: {reason}",
+        )
+
+    def _wait_for_approval(self, pending: Sequence[PendingApproval], facts: JSON) -> Decision:
+        names = ", ".join(f"{p.name or '?'} ({p.call_id})" for p in pending)
+        message = (
+            f"waiting for a person to answer {len(pending)} tool call(s) in spec.approvals: {names}"
+        )
+        events: tuple[RunEvent, ...] = ()
+        if self.status.phase != Phase.WAITING_FOR_APPROVAL:
+            events = (RunEvent("Normal", "WaitingForApproval", message),)
+        return self._to(
+            {
+                **facts,
+                "phase": Phase.WAITING_FOR_APPROVAL,
+                "pendingApprovals": [p.to_json() for p in pending],
+                "nextAttemptAt": None,
+                "reason": "ApprovalRequired",
+                "message": message,
+            },
+            events=events,
+            note="waiting for approval",
+        )
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _adopt(self) -> None:
+        numbered = [p for p in self.own if p.attempt is not None]
+        newest = max(numbered, key=lambda p: p.attempt or 0, default=None)
+        if newest is None or newest.attempt is None or newest.attempt <= self.status.attempt:
+            return
+        if newest.name != pod_name_for(self.run.name, newest.attempt):
+            return
+        adopted: JSON = {
+            "phase": Phase.PENDING,
+            "attempt": newest.attempt,
+            "pod": newest.name,
+            "nextAttemptAt": None,
+            "pendingApprovals": None,
+        }
+        self.changes.update(adopted)
+        self.status = replace(
+            self.status,
+            phase=Phase.PENDING,
+            attempt=newest.attempt,
+            pod=newest.name,
+            next_attempt_at=None,
+            pending_approvals=(),
+        )
+
+    def _current(self) -> PodView | None:
+        if self.status.attempt < 1:
+            return None
+        name = pod_name_for(self.run.name, self.status.attempt)
+        return next((p for p in self.own if p.name == name), None)
+
+    def _live_own(self) -> list[PodView]:
+        return [p for p in self.own if p.alive]
+
+    def _older_live(self) -> tuple[str, ...]:
+        # An older attempt still running would be a second writer: stop it.
+        current = pod_name_for(self.run.name, self.status.attempt) if self.status.attempt else None
+        return tuple(
+            p.name
+            for p in self.own
+            if p.alive
+            and not p.deleting
+            and p.name != current
+            and (p.attempt or 0) < self.status.attempt
+        )
+
+    def _saved_facts(self) -> JSON:
+        saved = self.saved
+        if saved is None or not saved.exists or saved.error is not None:
+            return {}
+        facts: JSON = {"turns": saved.turns, "usage": _usage(saved.usage)}
+        if saved.last_saved_seq is not None:
+            facts["lastSavedSeq"] = saved.last_saved_seq
+        return facts
+
+    def _to(
+        self,
+        changes: JSON,
+        *,
+        create: int | None = None,
+        delete: tuple[str, ...] = (),
+        claim: bool = False,
+        events: tuple[RunEvent, ...] = (),
+        requeue_after: float | None = None,
+        lost_reason: str | None = None,
+        note: str = "",
+    ) -> Decision:
+        self.changes.update(changes)
+        return self._result(
+            create=create,
+            delete=delete,
+            claim=claim,
+            events=events,
+            requeue_after=requeue_after,
+            lost_reason=lost_reason,
+            note=note,
+        )
+
+    def _result(
+        self,
+        *,
+        create: int | None = None,
+        delete: tuple[str, ...] = (),
+        claim: bool = False,
+        events: tuple[RunEvent, ...] = (),
+        requeue_after: float | None = None,
+        lost_reason: str | None = None,
+        note: str = "",
+    ) -> Decision:
+        patch = _status_patch(self.run, self.changes, self.now)
+        deletes = tuple(dict.fromkeys((*self.stale, *self._older_live(), *delete)))
+        return Decision(
+            status=patch,
+            create_pod=create,
+            delete_pods=deletes,
+            events=events if (patch or create or deletes or events) else (),
+            claim_state=claim,
+            requeue_after=requeue_after,
+            lost_reason=lost_reason,
+            note=note,
+        )
+
+
+def _outcome(pod: PodView) -> _Outcome:
+    exit_info = pod.exit
+    if exit_info is not None:
+        code, report = exit_info.code, exit_info.report
+        error = (report.error if report else None) or _tail(exit_info.message)
+        if code == ExitCode.ANSWERED and pod.reason != "Evicted":
+            return _Outcome("answered", "Answered", "")
+        if code == ExitCode.NOT_RETRYABLE:
+            return _Outcome(
+                "not_retryable", "NotRetryable", error or "the runner refused the run (exit 65)"
+            )
+        if code == ExitCode.WAITING_FOR_APPROVAL:
+            return _Outcome("waiting", "ApprovalRequired", "")
+        if code == ExitCode.MAX_TURNS:
+            return _Outcome(
+                "max_turns",
+                "MaxTurns",
+                "stopped at the turn limit (spec.maxTurns) without an answer",
+            )
+    name = pod.name
+    if exit_info is not None and exit_info.reason == "OOMKilled":
+        return _Outcome("lost", "OOMKilled", f"pod {name} was OOM-killed (exit {exit_info.code})")
+    if pod.reason == "Evicted":
+        return _Outcome("lost", "Evicted", f"pod {name} was evicted: {pod.message or 'no message'}")
+    if pod.disruption == "DeletionByPodGC" or pod.reason == "NodeLost":
+        return _Outcome("lost", "NodeLost", f"pod {name} was lost with its node")
+    if pod.reason == "Terminated":  # graceful node shutdown
+        return _Outcome("lost", "NodeShutdown", f"pod {name} was stopped by its node's shutdown")
+    if pod.disruption is not None and exit_info is None:
+        return _Outcome("lost", pod.disruption, f"pod {name} was disrupted ({pod.disruption})")
+    if exit_info is None:
+        return _Outcome(
+            "lost", "PodFailed", f"pod {name} failed: {pod.message or pod.reason or 'unknown'}"
+        )
+    code, report = exit_info.code, exit_info.report
+    if code == ExitCode.SIGTERM:
+        return _Outcome("lost", "Terminated", f"pod {name} was stopped (SIGTERM, exit 143)")
+    if code == ExitCode.RETRYABLE:
+        error = (report.error if report else None) or _tail(exit_info.message) or "no message"
+        return _Outcome("lost", "RetryableError", f"pod {name} hit a retryable error: {error}")
+    if code == ExitCode.KILLED:
+        return _Outcome("lost", "Killed", f"pod {name} was killed (SIGKILL, exit 137)")
+    error = (report.error if report else None) or _tail(exit_info.message) or "no message"
+    return _Outcome("lost", "Error", f"pod {name} exited {code}: {error}")
+
+
+def _usage(usage: Mapping[str, int]) -> JSON:
+    # The runtime counts in the Messages API's snake_case; status fields are camelCase.
+    return {
+        "inputTokens": int(usage.get("input_tokens", 0)),
+        "outputTokens": int(usage.get("output_tokens", 0)),
+    }
+
+
+def _tail(text: str, limit: int = 600) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def _status_patch(run: AgentRunView, changes: JSON, now: datetime) -> JSON:
+    current = run.status.raw
+    merged = {**current, **changes}
+    phase_text = merged.get("phase")
+    phase = Phase(phase_text) if phase_text else None
+    wanted: JSON = {
+        **changes,
+        "stateId": run.state_id,
+        "observedGeneration": run.generation,
+    }
+    if phase is not None:
+        wanted["conditions"] = conditions_for(
+            phase,
+            merged.get("reason"),
+            merged.get("message"),
+            run.generation,
+            current.get("conditions") or [],
+            now,
+        )
+    return {
+        key: (str(value) if isinstance(value, Phase) else value)
+        for key, value in wanted.items()
+        if _differs(current.get(key), value)
+    }
+
+
+def _differs(old: Any, new: Any) -> bool:
+    if isinstance(new, Phase):
+        new = str(new)
+    if new is None:
+        return old is not None
+    return bool(old != new)

@@ -1,0 +1,88 @@
+"""What the operator reads from (and does to) a run's saved State.
+
+The operator opens the same store the pods write to (``alpineagents.open_store``
+with the operator's own credentials) for three things: to learn where a lost run
+stopped before replacing its pod (:func:`read_saved`), to fence the lost pod's writes
+before its successor starts (:func:`claim`), and to delete the State when an AgentRun
+with ``onDelete: Delete`` goes (:func:`delete_state`). These calls block; the operator
+runs them on worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from alpineagents import Record, State, Store
+
+from .views import PendingApproval, SavedView
+
+_log = logging.getLogger(__name__)
+
+
+def saved_view(state_id: str, record: Record | None) -> SavedView:
+    """The :class:`SavedView` of a record as ``store.read`` returns it (None: no State).
+
+    Loading closes a turn a killed pod left open by appending entries (its tool calls
+    end "aborted", result unknown); ``aborted_calls`` lists every aborted call so far.
+    """
+    if record is None:
+        return SavedView(exists=False)
+    try:
+        state = State.from_record(state_id, record)
+    except (ValueError, LookupError) as error:
+        return SavedView(exists=True, error=str(error))
+    saved_count = state.loaded_entries
+    # Every call that ended "aborted": closed by the pod that was stopped (SIGTERM) or,
+    # for a pod killed outright, by this load (those entries are past ``saved_count``).
+    aborted = tuple(
+        str(entry.data.get("call_id"))
+        for entry in state.history
+        if entry.kind == "tool_result" and entry.outcome == "aborted"
+    )
+    return SavedView(
+        exists=True,
+        last_saved_seq=saved_count - 1 if saved_count else None,
+        answer=state.answer,
+        stopped=state.stopped,
+        aborted_calls=aborted,
+        pending_approvals=tuple(
+            PendingApproval(call.id, call.name, dict(call.input))
+            for call in state.awaiting_approval
+        ),
+        turns=state.turns,
+        usage=dict(state.usage),
+    )
+
+
+def read_saved(store: Store, state_id: str) -> SavedView:
+    """Read one State from ``store``; a store that cannot be reached gives a SavedView
+    with ``error`` set instead of raising (the replacement pod then loads it itself)."""
+    try:
+        record = store.read(state_id)
+    except Exception as error:  # any store failure: report it, do not stop reconciling
+        _log.warning("could not read State %s: %s", state_id, error)
+        return SavedView(exists=False, error=f"{type(error).__name__}: {error}")
+    return saved_view(state_id, record)
+
+
+def claim(store: Store, state_id: str) -> bool:
+    """Fence earlier writers of ``state_id`` if the store supports it (MinioStore does).
+
+    Returns whether the store has a ``claim``. A failure is logged and not raised: the
+    replacement pod claims the State again when it starts.
+    """
+    method: Callable[[str], Any] | None = getattr(store, "claim", None)
+    if not callable(method):
+        return False
+    try:
+        method(state_id)
+    except Exception as error:  # fencing is best effort here; the runner claims too
+        _log.warning("could not claim State %s: %s", state_id, error)
+    return True
+
+
+def delete_state(store: Store, state_id: str) -> None:
+    """Delete one saved State (its entries and info); an unknown id does nothing."""
+    store.delete(state_id)

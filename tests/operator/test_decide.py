@@ -1,0 +1,505 @@
+"""The operator's reconcile step, table-driven: (AgentRun, pods, saved State) → Decision.
+
+Every row builds the Kubernetes objects as the API server returns them (JSON dicts),
+parses them with the operator's own views, and checks the one move ``decide`` makes:
+status written, pod created or deleted, Events, whether the saved State is needed, and
+when to look again. Rows are named after the situation a user would recognise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from alpineagents_operator.decide import Decision, conditions_for, decide
+from alpineagents_operator.views import (
+    AgentRunView,
+    PendingApproval,
+    Phase,
+    PodView,
+    RestartPolicy,
+    SavedView,
+    format_time,
+)
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+UID = "6f1d2c3b-0000-4000-8000-000000000001"
+OLD_UID = "0a0a0a0a-0000-4000-8000-000000000002"
+NAME = "triage"
+
+
+def run(
+    phase: str | None = None,
+    *,
+    attempt: int = 0,
+    pod: str | None = None,
+    spec: Mapping[str, Any] | None = None,
+    generation: int = 1,
+    deleting: bool = False,
+    **status: Any,
+) -> AgentRunView:
+    """An AgentRun whose status is settled (stateId, observedGeneration and conditions as
+    the operator last wrote them), so a row sees only the change it is about."""
+    body_status: dict[str, Any] = {
+        "stateId": "agents.triage.6f1d2c3b",
+        "observedGeneration": generation,
+    }
+    body_status.update(status)
+    if phase is not None:
+        body_status["phase"] = phase
+        body_status.setdefault(
+            "conditions",
+            conditions_for(
+                Phase(phase),
+                body_status.get("reason"),
+                body_status.get("message"),
+                body_status["observedGeneration"],
+                [],
+                NOW - timedelta(minutes=1),
+            ),
+        )
+    if attempt:
+        body_status["attempt"] = attempt
+        body_status["pod"] = pod if pod is not None else f"{NAME}-{attempt}"
+    metadata: dict[str, Any] = {
+        "name": NAME,
+        "namespace": "agents",
+        "uid": UID,
+        "generation": generation,
+    }
+    if deleting:
+        metadata["deletionTimestamp"] = format_time(NOW)
+    return AgentRunView.from_body(
+        {
+            "apiVersion": "alpineagents.dev/v1",
+            "kind": "AgentRun",
+            "metadata": metadata,
+            "spec": {"model": "claude-sonnet-5", "prompt": "hi", **(spec or {})},
+            "status": body_status,
+        }
+    )
+
+
+def report(outcome: str, **fields: Any) -> str:
+    import json
+
+    return json.dumps({"outcome": outcome, "stateId": "agents.triage.6f1d2c3b", **fields})
+
+
+def pod(
+    attempt: int,
+    state: str = "running",
+    *,
+    exit_code: int = 0,
+    reason: str = "",
+    message: str = "",
+    owner: str = UID,
+    phase: str | None = None,
+    pod_reason: str | None = None,
+    disruption: str | None = None,
+    deleting_at: datetime | None = None,
+    waiting_reason: str = "ContainerCreating",
+) -> PodView:
+    if state == "running":
+        container_state: dict[str, Any] = {"running": {"startedAt": format_time(NOW)}}
+        default_phase = "Running"
+    elif state == "waiting":
+        container_state = {"waiting": {"reason": waiting_reason, "message": message}}
+        default_phase = "Pending"
+    else:
+        container_state = {
+            "terminated": {
+                "exitCode": exit_code,
+                "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+                "message": message,
+            }
+        }
+        default_phase = "Succeeded" if exit_code == 0 else "Failed"
+    status: dict[str, Any] = {
+        "phase": phase or default_phase,
+        "containerStatuses": [{"name": "agent", "state": container_state}],
+        "conditions": [],
+    }
+    if pod_reason:
+        status["reason"] = pod_reason
+        status["message"] = f"The node was low on resource: memory. ({pod_reason})"
+    if disruption:
+        status["conditions"].append(
+            {"type": "DisruptionTarget", "status": "True", "reason": disruption}
+        )
+    metadata: dict[str, Any] = {
+        "name": f"{NAME}-{attempt}",
+        "uid": f"pod-{attempt}-{owner[:4]}",
+        "labels": {"alpineagents.dev/run": NAME, "alpineagents.dev/attempt": str(attempt)},
+        "ownerReferences": [
+            {"apiVersion": "alpineagents.dev/v1", "kind": "AgentRun", "name": NAME, "uid": owner}
+        ],
+    }
+    if deleting_at is not None:
+        metadata["deletionTimestamp"] = format_time(deleting_at)
+    return PodView.from_pod({"metadata": metadata, "status": status})
+
+
+def exited(attempt: int, code: int, **kwargs: Any) -> PodView:
+    return pod(attempt, "exited", exit_code=code, **kwargs)
+
+
+SAVED = SavedView(
+    exists=True,
+    last_saved_seq=7,
+    aborted_calls=("toolu_1",),
+    turns=2,
+    usage={"input_tokens": 30, "output_tokens": 12},
+)
+LATER = format_time(NOW + timedelta(seconds=10))
+EARLIER = format_time(NOW - timedelta(seconds=1))
+PENDING_CALL = {"callId": "toolu_9", "name": "shell", "input": {"command": "rm -rf build"}}
+
+
+@dataclass
+class Row:
+    """One situation and the move expected for it (None: don't care)."""
+
+    name: str
+    run: AgentRunView
+    pods: list[PodView] = field(default_factory=list)
+    saved: SavedView | None = None
+    phase: str | None = None
+    """Expected status.phase in the patch ("" = the patch must not change the phase)."""
+    create: int | None = None
+    delete: tuple[str, ...] = ()
+    events: tuple[str, ...] | None = None
+    """Reasons of the Events posted, in order (None: don't care)."""
+    needs_saved: bool = False
+    claim: bool = False
+    requeue: float | None = None
+    status: Mapping[str, Any] = field(default_factory=dict)
+    """Fields the patch must hold with these values."""
+    acts: bool | None = None
+
+
+# The table reads best one situation per row, so the formatter leaves it alone.
+# fmt: off
+ROWS = [
+    # ------------------------------------------------------------ a new run
+    Row("new run: pod 1 created", run(stateId=None), phase="Pending", create=1,
+        events=("PodCreated",),
+        status={"attempt": 1, "pod": "triage-1", "stateId": "agents.triage.6f1d2c3b"}),
+    Row("new run, suspended: no pod", run(spec={"suspend": True}), phase="Suspended",
+        events=("Suspended",)),
+    Row("new run, pod of an older AgentRun with the same name still there: it is deleted first",
+        run(), [pod(1, owner=OLD_UID)], phase="", delete=("triage-1",)),
+    Row("new run, old AgentRun's pod already terminating: wait for it",
+        run(), [pod(1, owner=OLD_UID, deleting_at=NOW)], phase=""),
+    Row("fresh status but pod 1 exists (created, status write lost): adopted, not duplicated",
+        run(), [pod(1)], phase="Running", status={"attempt": 1, "pod": "triage-1"}),
+    # ------------------------------------------------------------ starting and running
+    Row("pod still being created: nothing to do", run("Pending", attempt=1),
+        [pod(1, "waiting")], acts=False),
+    Row("missing Secret: the reason is shown", run("Pending", attempt=1),
+        [pod(1, "waiting", waiting_reason="CreateContainerConfigError",
+             message='secret "anthropic" not found')],
+        phase="", status={"reason": "CreateContainerConfigError",
+                          "message": 'secret "anthropic" not found'}),
+    Row("pod started: Running", run("Pending", attempt=1), [pod(1)], phase="Running",
+        status={"startedAt": format_time(NOW)}),
+    Row("running and nothing changed (duplicate event): nothing to do",
+        run("Running", attempt=1, startedAt=EARLIER), [pod(1)], acts=False),
+    Row("status says Pending, pod never created (create lost): created",
+        run("Pending", attempt=1, pod=""), phase="", create=1),
+    # ------------------------------------------------------------ how a pod ends
+    Row("exit 0: Succeeded with the answer from the termination message",
+        run("Running", attempt=1),
+        [exited(1, 0, message=report("answered", answer="42", turns=3, lastSavedSeq=9,
+                                     usage={"input_tokens": 5, "output_tokens": 2}))],
+        phase="Succeeded", events=("Succeeded",),
+        status={"answer": "42", "turns": 3, "lastSavedSeq": 9, "completedAt": format_time(NOW)}),
+    Row("exit 0 without a readable report: the answer is read from the store",
+        run("Running", attempt=1), [exited(1, 0, message="")], needs_saved=True),
+    Row("exit 0 without a report, store read: answer from the store",
+        run("Running", attempt=1), [exited(1, 0, message="")],
+        SavedView(exists=True, last_saved_seq=4, answer="from the store"),
+        phase="Succeeded", status={"answer": "from the store", "lastSavedSeq": 4}),
+    Row("exit 65: Failed, not retried, with the runner's reason",
+        run("Running", attempt=1),
+        [exited(1, 65, message=report("failed", error="spec.tools: unknown tool 'shel'"))],
+        phase="Failed", events=("Failed",),
+        status={"reason": "NotRetryable", "message": "spec.tools: unknown tool 'shel'"}),
+    Row("exit 76: WaitingForApproval with the pending calls, no pod",
+        run("Running", attempt=1),
+        [exited(1, 76, message=report("waiting_for_approval", pendingApprovals=[PENDING_CALL]))],
+        phase="WaitingForApproval", events=("WaitingForApproval",),
+        status={"pendingApprovals": [PENDING_CALL], "reason": "ApprovalRequired"}),
+    Row("exit 77: Failed at the turn limit", run("Running", attempt=1),
+        [exited(1, 77, message=report("max_turns"))], phase="Failed",
+        status={"reason": "MaxTurns"}),
+    # ------------------------------------------------------------ losses
+    Row("exit 143 (SIGTERM, saved): Interrupted, restart after the 1 s backoff",
+        run("Running", attempt=1), [exited(1, 143)], phase="Interrupted",
+        events=("PodLost",), requeue=1.0,
+        status={"restarts": 1, "reason": "Terminated",
+                "nextAttemptAt": format_time(NOW + timedelta(seconds=1))}),
+    Row("exit 75 (retryable): Interrupted", run("Running", attempt=1),
+        [exited(1, 75, message=report("retryable", error="store unavailable"))],
+        phase="Interrupted", status={"reason": "RetryableError"}),
+    Row("OOM-killed: Interrupted", run("Running", attempt=1),
+        [exited(1, 137, reason="OOMKilled")], phase="Interrupted",
+        status={"reason": "OOMKilled"}),
+    Row("evicted for node pressure: Interrupted", run("Running", attempt=1),
+        [exited(1, 137, pod_reason="Evicted", disruption="TerminationByKubelet")],
+        phase="Interrupted", status={"reason": "Evicted"}),
+    Row("node lost (PodGC marked it Failed, container never reported): Interrupted",
+        run("Running", attempt=1), [pod(1, "running", phase="Failed", disruption="DeletionByPodGC")],
+        phase="Interrupted", status={"reason": "NodeLost"}),
+    Row("pod deleted (gone from the API): Interrupted", run("Running", attempt=1), [],
+        phase="Interrupted", events=("PodLost",), status={"reason": "PodDeleted"}),
+    Row("crashed with exit 1: Interrupted (a retry may fix it)", run("Running", attempt=1),
+        [exited(1, 1, message="Traceback ...\nRuntimeError: boom")], phase="Interrupted",
+        status={"reason": "Error"}),
+    Row("third loss: backoff doubles each time", run("Running", attempt=3, restarts=2),
+        [exited(3, 143)], phase="Interrupted", requeue=4.0, status={"restarts": 3}),
+    Row("backoff is capped by maxBackoffSeconds",
+        run("Running", attempt=3, restarts=4,
+            spec={"restartPolicy": {"maxRestarts": 9, "maxBackoffSeconds": 5}}),
+        [exited(3, 143)], phase="Interrupted", requeue=5.0),
+    Row("zero backoff: due at once", run("Running", attempt=1,
+                                         spec={"restartPolicy": {"initialBackoffSeconds": 0}}),
+        [exited(1, 143)], phase="Interrupted", requeue=0.0,
+        status={"nextAttemptAt": format_time(NOW)}),
+    Row("restart budget used up: Failed", run("Running", attempt=6, restarts=5),
+        [exited(6, 143)], phase="Failed", events=("PodLost", "Failed"),
+        status={"reason": "RestartLimitExceeded", "restarts": 6}),
+    Row("pod being deleted by someone else: wait for it to save and stop",
+        run("Running", attempt=1), [pod(1, deleting_at=NOW + timedelta(seconds=30))],
+        acts=False, requeue=60.0),
+    Row("pod stuck terminating past its deadline (dead node): lost",
+        run("Running", attempt=1), [pod(1, deleting_at=NOW - timedelta(seconds=31))],
+        phase="Interrupted", status={"reason": "PodStuckTerminating"}),
+    # ------------------------------------------------------------ resuming
+    Row("interrupted, backoff not over: wait", run("Interrupted", attempt=1, nextAttemptAt=LATER),
+        [exited(1, 143)], acts=False, requeue=10.0),
+    Row("interrupted, due: the saved State is read first",
+        run("Interrupted", attempt=1, nextAttemptAt=EARLIER), [exited(1, 143)], needs_saved=True),
+    Row("interrupted, due: pod 2 resumes, store fenced, seq and aborted calls recorded",
+        run("Interrupted", attempt=1, nextAttemptAt=EARLIER, restarts=1), [exited(1, 143)], SAVED,
+        phase="Pending", create=2, claim=True, events=("Resumed",),
+        status={"attempt": 2, "pod": "triage-2", "lastSavedSeq": 7, "abortedCalls": ["toolu_1"],
+                "nextAttemptAt": None, "turns": 2}),
+    Row("aborted calls add up over several losses",
+        run("Interrupted", attempt=2, nextAttemptAt=EARLIER, abortedCalls=["toolu_0"]),
+        [exited(2, 143)], SAVED, create=3, claim=True, status={"abortedCalls": ["toolu_0", "toolu_1"]}),
+    Row("interrupted, the saved State already has its answer: Succeeded without a pod",
+        run("Interrupted", attempt=1, nextAttemptAt=EARLIER), [exited(1, 143)],
+        SavedView(exists=True, last_saved_seq=11, answer="done already"),
+        phase="Succeeded", create=None, status={"answer": "done already"}),
+    Row("interrupted, saved State stopped at the turn limit: Failed",
+        run("Interrupted", attempt=1, nextAttemptAt=EARLIER), [],
+        SavedView(exists=True, last_saved_seq=3, stopped="max_turns"),
+        phase="Failed", status={"reason": "MaxTurns"}),
+    Row("interrupted, saved State waits for approval: WaitingForApproval, no pod",
+        run("Interrupted", attempt=1, nextAttemptAt=EARLIER), [],
+        SavedView(exists=True, last_saved_seq=3, stopped="waiting_for_approval",
+                  pending_approvals=(PendingApproval("toolu_9", "shell", {"command": "ls"}),)),
+        phase="WaitingForApproval", create=None),
+    Row("interrupted before anything was saved: pod 2 starts afresh, nothing to fence",
+        run("Interrupted", attempt=1, nextAttemptAt=EARLIER), [], SavedView(exists=False),
+        phase="Pending", create=2, claim=False, events=("PodCreated",)),
+    Row("interrupted, store unreachable: pod 2 starts anyway and loads it itself",
+        run("Interrupted", attempt=1, nextAttemptAt=EARLIER), [],
+        SavedView(exists=False, error="ConnectionRefusedError"), create=2, claim=False),
+    Row("interrupted, a replacement was created but not recorded: adopted, not duplicated",
+        run("Interrupted", attempt=1, nextAttemptAt=EARLIER), [exited(1, 143), pod(2)],
+        phase="Running", create=None, status={"attempt": 2, "pod": "triage-2"}),
+    Row("interrupted, next pod name taken by an older AgentRun's pod: wait",
+        run("Interrupted", attempt=1, nextAttemptAt=EARLIER), [pod(2, owner=OLD_UID)], SAVED,
+        create=None, delete=("triage-2",)),
+    Row("an older attempt still running next to the current one is stopped",
+        run("Running", attempt=2), [pod(1), pod(2)], delete=("triage-1",)),
+    # ------------------------------------------------------------ suspend
+    Row("suspend while running: pod deleted gracefully, Suspended",
+        run("Running", attempt=1, spec={"suspend": True}), [pod(1)], phase="Suspended",
+        delete=("triage-1",), events=("Suspended",)),
+    Row("suspended, pod still saving and stopping: wait",
+        run("Suspended", attempt=1, spec={"suspend": True}),
+        [pod(1, deleting_at=NOW + timedelta(seconds=30))], acts=False),
+    Row("suspended, pod stopped: nothing more", run("Suspended", attempt=1, spec={"suspend": True}),
+        [exited(1, 143)], acts=None, create=None, phase=""),
+    Row("suspend lifted: the saved State is read", run("Suspended", attempt=1), [exited(1, 143)],
+        needs_saved=True),
+    Row("suspend lifted: pod 2 resumes, no restart counted",
+        run("Suspended", attempt=1, restarts=0), [exited(1, 143)], SAVED, phase="Pending",
+        create=2, claim=True, events=("Resumed",)),
+    Row("suspended before it ever started, then lifted: pod 1",
+        run("Suspended"), [], SavedView(exists=False), create=1, phase="Pending"),
+    Row("the pod answered while being suspended: Succeeded",
+        run("Suspended", attempt=1, spec={"suspend": True}),
+        [exited(1, 0, message=report("answered", answer="made it"))], phase="Succeeded"),
+    Row("suspend during backoff: Suspended", run("Interrupted", attempt=1, nextAttemptAt=LATER,
+                                                 spec={"suspend": True}),
+        [exited(1, 143)], phase="Suspended"),
+    # ------------------------------------------------------------ approvals
+    Row("waiting for approval, no answer yet: nothing to do",
+        run("WaitingForApproval", attempt=1, pendingApprovals=[PENDING_CALL]), [exited(1, 76)],
+        acts=None, create=None, phase=""),
+    Row("waiting for approval, answers for other calls only: still waiting",
+        run("WaitingForApproval", attempt=1, pendingApprovals=[PENDING_CALL],
+            spec={"approvals": [{"callId": "toolu_1", "allow": True}]}),
+        [exited(1, 76)], create=None, phase=""),
+    Row("every pending call answered in spec.approvals: the saved State is read",
+        run("WaitingForApproval", attempt=1, pendingApprovals=[PENDING_CALL],
+            spec={"approvals": [{"callId": "toolu_9", "allow": False, "note": "no"}]}),
+        [exited(1, 76)], needs_saved=True),
+    Row("every pending call answered: pod 2 resumes and the pending list is cleared",
+        run("WaitingForApproval", attempt=1, pendingApprovals=[PENDING_CALL],
+            spec={"approvals": [{"callId": "toolu_9", "allow": True}]}),
+        [exited(1, 76)],
+        SavedView(exists=True, last_saved_seq=5, stopped="waiting_for_approval",
+                  pending_approvals=(PendingApproval("toolu_9", "shell"),)),
+        phase="Pending", create=2, claim=True, status={"pendingApprovals": None, "attempt": 2}),
+    Row("suspend while waiting for approval: Suspended",
+        run("WaitingForApproval", attempt=1, pendingApprovals=[PENDING_CALL],
+            spec={"suspend": True}), [exited(1, 76)], phase="Suspended"),
+    Row("suspended while waiting, then lifted without answers: back to WaitingForApproval",
+        run("Suspended", attempt=1), [exited(1, 76)],
+        SavedView(exists=True, last_saved_seq=5, stopped="waiting_for_approval",
+                  pending_approvals=(PendingApproval("toolu_9", "shell"),)),
+        phase="WaitingForApproval", create=None),
+    # ------------------------------------------------------------ finished and deleted
+    Row("succeeded: nothing to do", run("Succeeded", attempt=1), [exited(1, 0)], phase="",
+        create=None),
+    Row("failed, but a stray pod runs: it is stopped", run("Failed", attempt=1), [pod(2)],
+        delete=("triage-2",), phase="", create=None),
+    Row("AgentRun being deleted: its pod is stopped gracefully, nothing else",
+        run("Running", attempt=1, deleting=True), [pod(1)], delete=("triage-1",), phase="",
+        create=None),
+    Row("spec edited: the new generation is recorded",
+        run("Running", attempt=1, generation=4, observedGeneration=3), [pod(1)],
+        status={"observedGeneration": 4}),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_decide(row: Row) -> None:
+    decision = decide(row.run, row.pods, row.saved, NOW)
+    check(row, decision)
+
+
+def check(row: Row, decision: Decision) -> None:
+    assert decision.needs_saved == row.needs_saved, decision
+    if row.needs_saved:
+        assert decision.create_pod is None and not decision.status
+        return
+    if row.phase == "":
+        assert "phase" not in decision.status or decision.status["phase"] == row.run.status.phase
+    elif row.phase is not None:
+        assert decision.status.get("phase") == row.phase, decision
+    assert decision.create_pod == row.create, decision
+    assert decision.delete_pods == row.delete, decision
+    if row.events is not None:
+        assert tuple(e.reason for e in decision.events) == row.events, decision
+    assert decision.claim_state == row.claim, decision
+    if row.requeue is not None:
+        assert decision.requeue_after == pytest.approx(row.requeue), decision
+    for key, value in row.status.items():
+        assert key in decision.status, f"{key} not in {decision.status}"
+        assert decision.status[key] == value, (key, decision.status[key])
+    if row.acts is not None:
+        assert decision.acts == row.acts, decision
+
+
+def test_a_step_applied_twice_changes_nothing_the_second_time() -> None:
+    """Level-based: after a step's status patch is applied, the same world gives no move."""
+    world_pods = [pod(1)]
+    first = decide(run("Pending", attempt=1), world_pods, None, NOW)
+    assert first.status["phase"] == "Running"
+    applied = run(attempt=1, **first.status)
+    second = decide(applied, world_pods, None, NOW + timedelta(seconds=5))
+    assert not second.acts, second
+
+
+def test_a_lost_pod_is_replaced_in_two_steps_with_zero_backoff() -> None:
+    spec = {"restartPolicy": {"initialBackoffSeconds": 0}}
+    world = [exited(1, 143)]
+    lost = decide(run("Running", attempt=1, spec=spec), world, None, NOW)
+    assert lost.status["phase"] == "Interrupted" and lost.requeue_after == 0.0
+    assert lost.lost_reason == "Terminated"
+    interrupted = run(attempt=1, spec=spec, **lost.status)
+    asks = decide(interrupted, world, None, NOW)
+    assert asks.needs_saved
+    resumed = decide(interrupted, world, SAVED, NOW)
+    assert resumed.create_pod == 2 and resumed.claim_state
+
+
+def test_a_long_answer_is_cut_in_status() -> None:
+    answer = "x" * 5000
+    decision = decide(
+        run("Running", attempt=1),
+        [exited(1, 0, message=report("answered", answer=answer))],
+        None,
+        NOW,
+    )
+    assert len(decision.status["answer"]) == 1000
+
+
+def test_conditions_keep_their_transition_time_while_unchanged() -> None:
+    first = conditions_for(Phase.RUNNING, None, None, 1, [], NOW)
+    later = NOW + timedelta(minutes=5)
+    again = conditions_for(Phase.RUNNING, None, None, 1, first, later)
+    assert again == first
+    done = conditions_for(Phase.SUCCEEDED, "Answered", None, 1, again, later)
+    by_type = {c["type"]: c for c in done}
+    assert by_type["Succeeded"]["status"] == "True"
+    assert by_type["Succeeded"]["lastTransitionTime"] == format_time(later)
+    assert by_type["Running"]["status"] == "False"
+    assert by_type["Running"]["lastTransitionTime"] == format_time(later)
+    assert by_type["WaitingForApproval"]["lastTransitionTime"] == format_time(NOW)
+
+
+def test_failed_condition_carries_the_reason() -> None:
+    conditions = conditions_for(Phase.FAILED, "MaxTurns", "stopped at the limit", 2, [], NOW)
+    succeeded = next(c for c in conditions if c["type"] == "Succeeded")
+    assert succeeded["status"] == "False" and succeeded["reason"] == "MaxTurns"
+    assert succeeded["message"] == "stopped at the limit"
+    assert succeeded["observedGeneration"] == 2
+
+
+@pytest.mark.parametrize(
+    ("restart", "expected"), [(0, 0.0), (1, 1.0), (2, 2.0), (3, 4.0), (7, 60.0), (20, 60.0)]
+)
+def test_backoff_is_exponential_and_capped(restart: int, expected: float) -> None:
+    assert RestartPolicy().backoff(restart) == expected
+
+
+def test_state_ids_differ_between_agentruns_of_the_same_name() -> None:
+    first = run()
+    second = AgentRunView.from_body(
+        {"metadata": {"name": NAME, "namespace": "agents", "uid": OLD_UID}, "spec": {}}
+    )
+    assert first.state_id != second.state_id
+    assert first.state_id == "agents.triage.6f1d2c3b"
+
+
+def test_an_invalid_pod_fails_the_run_with_the_servers_words() -> None:
+    from alpineagents_operator.decide import pod_refused
+
+    message = 'Pod "triage-1" is invalid: spec.containers[0].resources.limits[memory]: Invalid value: "lots"'
+    decision = pod_refused(run(), 1, 422, message, NOW)
+    assert decision.status["phase"] == "Failed"
+    assert decision.status["reason"] == "PodInvalid"
+    assert 'Invalid value: "lots"' in decision.status["message"]
+    assert [e.reason for e in decision.events] == ["Failed"]
+
+
+def test_a_forbidden_pod_keeps_the_phase_and_is_tried_again() -> None:
+    from alpineagents_operator.decide import pod_refused
+
+    interrupted = run("Interrupted", attempt=1, nextAttemptAt=EARLIER, restarts=1)
+    decision = pod_refused(interrupted, 2, 403, "exceeded quota: pods=10", NOW)
+    assert "phase" not in decision.status
+    assert decision.status["reason"] == "PodRefused"
+    assert decision.requeue_after == 10.0 and decision.create_pod is None

@@ -1,0 +1,241 @@
+"""The operator's plain parts: the pod it creates, what it reads from a saved State,
+its configuration and its metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from alpineagents import FileStore, Message, Record, State
+from alpineagents.state import UNKNOWN_RESULT
+from alpineagents_operator.config import OperatorConfig
+from alpineagents_operator.metrics import OperatorMetrics
+from alpineagents_operator.pods import pod_manifest
+from alpineagents_operator.saved_state import read_saved, saved_view
+from alpineagents_operator.views import AgentRunView
+
+UID = "6f1d2c3b-0000-4000-8000-000000000001"
+
+
+def agentrun(**spec: object) -> AgentRunView:
+    return AgentRunView.from_body(
+        {
+            "metadata": {"name": "triage", "namespace": "agents", "uid": UID, "generation": 1},
+            "spec": {"model": "claude-sonnet-5", "prompt": "hi", **spec},
+        }
+    )
+
+
+CONFIG = OperatorConfig(
+    image="runner:1",
+    store="s3://runs/prod?endpoint=minio:9000&secure=false",
+    anthropic_secret="anthropic",
+    store_secret="store-credentials",
+    anthropic_base_url="http://model:8080",
+)
+
+
+def env_of(pod: dict[str, object]) -> dict[str, object]:
+    container = pod["spec"]["containers"][0]  # type: ignore[index]
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
+
+
+# ------------------------------------------------------------------------------ the pod
+def test_the_pod_is_owned_labelled_and_named_by_attempt() -> None:
+    pod = pod_manifest(agentrun(), 3, CONFIG)
+    meta = pod["metadata"]
+    assert meta["name"] == "triage-3" and meta["namespace"] == "agents"
+    assert meta["labels"] == {
+        "app.kubernetes.io/name": "alpineagents",
+        "app.kubernetes.io/component": "agent-run",
+        "app.kubernetes.io/managed-by": "alpineagents-operator",
+        "alpineagents.dev/run": "triage",
+        "alpineagents.dev/attempt": "3",
+    }
+    [owner] = meta["ownerReferences"]
+    assert owner == {
+        "apiVersion": "alpineagents.dev/v1",
+        "kind": "AgentRun",
+        "name": "triage",
+        "uid": UID,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def test_the_pod_is_locked_down() -> None:
+    spec = pod_manifest(agentrun(), 1, CONFIG)["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["terminationGracePeriodSeconds"] == 30
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 65532
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [container] = spec["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"/tmp", "/work"} and container["workingDir"] == "/work"
+    assert all("emptyDir" in v for v in spec["volumes"])
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["command"] == ["python", "-m", "alpineagents", "run"]
+    assert container["image"] == "runner:1"
+
+
+def test_the_pod_gets_the_runner_contract_and_secrets_by_reference() -> None:
+    run = agentrun(tools=["shell"], approvals=[{"callId": "c1", "allow": True}])
+    env = env_of(pod_manifest(run, 1, CONFIG))
+    assert json.loads(str(env["ALPINEAGENTS_SPEC"]))["approvals"] == [
+        {"callId": "c1", "allow": True}
+    ]
+    assert env["ALPINEAGENTS_STORE"] == CONFIG.store
+    assert env["ALPINEAGENTS_STATE_ID"] == "agents.triage.6f1d2c3b"
+    assert env["TERMINATION_MESSAGE_PATH"] == "/dev/termination-log"
+    assert env["ANTHROPIC_BASE_URL"] == "http://model:8080"
+    assert env["ANTHROPIC_API_KEY"] == {
+        "secretKeyRef": {"name": "anthropic", "key": "ANTHROPIC_API_KEY"}
+    }
+    assert env["AWS_SECRET_ACCESS_KEY"] == {
+        "secretKeyRef": {"name": "store-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
+    }
+
+
+def test_the_agentrun_shapes_its_pod() -> None:
+    run = agentrun(
+        image="mine:2",
+        store="file:///data/runs",
+        resources={"limits": {"memory": "1Gi"}},
+        env=[
+            {"name": "ANTHROPIC_BASE_URL", "value": "http://proxy"},
+            {"name": "ALPINEAGENTS_STATE_ID", "value": "hijack"},
+            {"name": "EXTRA", "value": "1"},
+        ],
+        envFrom=[{"secretRef": {"name": "more"}}],
+        serviceAccountName="agent",
+        nodeSelector={"pool": "agents"},
+        tolerations=[{"key": "agents", "operator": "Exists"}],
+        affinity={"nodeAffinity": {}},
+    )
+    pod = pod_manifest(run, 1, CONFIG)
+    spec, container = pod["spec"], pod["spec"]["containers"][0]
+    env = env_of(pod)
+    assert container["image"] == "mine:2"
+    assert container["resources"] == {"limits": {"memory": "1Gi"}}
+    assert container["envFrom"] == [{"secretRef": {"name": "more"}}]
+    assert env["ALPINEAGENTS_STORE"] == "file:///data/runs"
+    assert env["ANTHROPIC_BASE_URL"] == "http://proxy"  # theirs wins
+    assert env["ALPINEAGENTS_STATE_ID"] == "agents.triage.6f1d2c3b"  # the contract does not
+    assert env["EXTRA"] == "1"
+    names = [item["name"] for item in container["env"]]
+    assert len(names) == len(set(names))
+    assert spec["serviceAccountName"] == "agent"
+    assert spec["nodeSelector"] == {"pool": "agents"}
+    assert spec["tolerations"] == [{"key": "agents", "operator": "Exists"}]
+    assert spec["affinity"] == {"nodeAffinity": {}}
+
+
+def test_mcp_server_secrets_reach_the_pod_by_reference_and_cannot_be_overridden() -> None:
+    token = {"name": "github-mcp", "key": "token"}
+    run = agentrun(
+        mcpServers=[
+            {
+                "name": "github",
+                "url": "http://github-mcp:8080/mcp",
+                "headers": [{"name": "Authorization", "secretKeyRef": token}],
+            },
+            {
+                "name": "files",
+                "command": ["files-mcp"],
+                "env": [
+                    {"name": "LEVEL", "value": "debug"},
+                    {"name": "FILES_TOKEN", "secretKeyRef": {"name": "files", "key": "t"}},
+                ],
+            },
+        ],
+        env=[{"name": "ALPINEAGENTS_MCP_GITHUB_HEADER_AUTHORIZATION", "value": "Bearer forged"}],
+    )
+    env = env_of(pod_manifest(run, 1, CONFIG))
+    assert env["ALPINEAGENTS_MCP_GITHUB_HEADER_AUTHORIZATION"] == {"secretKeyRef": token}
+    assert env["ALPINEAGENTS_MCP_FILES_ENV_FILES_TOKEN"] == {
+        "secretKeyRef": {"name": "files", "key": "t"}
+    }
+    assert [name for name in env if name.startswith("ALPINEAGENTS_MCP_")] == [
+        "ALPINEAGENTS_MCP_GITHUB_HEADER_AUTHORIZATION",
+        "ALPINEAGENTS_MCP_FILES_ENV_FILES_TOKEN",
+    ]  # plain values stay in the spec; only Secret references become variables
+
+
+def test_no_secret_refs_when_none_are_configured() -> None:
+    env = env_of(pod_manifest(agentrun(), 1, OperatorConfig(anthropic_secret="")))
+    assert "ANTHROPIC_API_KEY" not in env and "AWS_ACCESS_KEY_ID" not in env
+
+
+# ------------------------------------------------------------------------------ the store
+def test_a_state_killed_mid_tool_shows_its_aborted_call_and_last_seq(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "runs")
+    state = State("agents.triage.6f1d2c3b", [Message.user("go")])
+    state.add("model_request", "request", {})
+    reply = Message.assistant(
+        [{"type": "tool_use", "id": "toolu_1", "name": "step", "input": {"name": "a"}}]
+    )
+    state.add("model_reply", "reply", {"message": reply.to_dict(), "usage": {"input_tokens": 3}})
+    store.save(state)  # then the pod is killed: the call never gets a result
+    view = read_saved(store, state.id)
+    assert view.exists and view.error is None
+    assert view.last_saved_seq == 2
+    assert view.aborted_calls == ("toolu_1",)
+    assert view.answer is None and view.stopped is None
+    assert view.turns == 1 and view.usage["input_tokens"] == 3
+    # Reading changes nothing in the store: the closing entry is the next pod's to save.
+    record = store.read(state.id)
+    assert record is not None and len(record.entries) == 3
+    assert store.load(state.id).history[3].text.startswith(UNKNOWN_RESULT[:20])
+
+
+def test_a_missing_state_and_an_unreadable_one(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "runs")
+    assert not read_saved(store, "nope").exists
+    unreadable = saved_view("x", store_record({"v": 99}))
+    assert unreadable.exists and unreadable.error is not None and "format 99" in unreadable.error
+
+
+def store_record(info: dict[str, object]) -> Record:
+    return Record([], dict(info))
+
+
+# ------------------------------------------------------------------------------ config
+def test_config_from_the_environment() -> None:
+    config = OperatorConfig.from_env(
+        {
+            "ALPINEAGENTS_NAMESPACES": "agents, team-*",
+            "ALPINEAGENTS_IMAGE": "img:1",
+            "ALPINEAGENTS_STORE": "s3://b/p",
+            "ALPINEAGENTS_POD_COMMAND": '["alpineagents", "run"]',
+            "ALPINEAGENTS_RESYNC_SECONDS": "5",
+            "ANTHROPIC_BASE_URL": "http://model",
+        }
+    )
+    assert config.namespaces == ("agents", "team-*")
+    assert config.pod_command == ("alpineagents", "run")
+    assert config.resync_seconds == 5.0 and config.anthropic_base_url == "http://model"
+    assert OperatorConfig.from_env({}).pod_command == ("python", "-m", "alpineagents", "run")
+    with pytest.raises(ValueError, match="JSON list of strings"):
+        OperatorConfig.from_env({"ALPINEAGENTS_POD_COMMAND": "python -m x"})
+
+
+def test_runs_by_phase_follow_each_run() -> None:
+    metrics = OperatorMetrics()
+    metrics.record_phase("a", "one", "Running")
+    metrics.record_phase("a", "two", "Running")
+    metrics.record_phase("a", "one", "Succeeded")
+    metrics.record_phase("a", "two", None)
+
+    def value(phase: str) -> float:
+        sample = metrics.registry.get_sample_value("alpineagents_runs", {"phase": phase})
+        return float(sample or 0)
+
+    assert (value("Running"), value("Succeeded")) == (0, 1)

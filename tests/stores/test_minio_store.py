@@ -1,0 +1,553 @@
+"""MinioStore on real object stores (MinIO, then SeaweedFS): what the layout must survive.
+
+Failures are real: the server is stopped at an exact request (a hook on the client's
+HTTP pool sees each request go out), or a request reaches the server and its answer is
+dropped on the way back.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import urllib3
+from minio import Minio
+
+from alpineagents import FileStore, Message, State
+from alpineagents.store.s3 import (
+    MinioStore,
+    MissingBucketError,
+    StateFencedError,
+    StoreUnavailableError,
+)
+from alpineagents.testing.conformance import entry, info
+from tests.bench.stores import S3Place
+
+
+@dataclass
+class Sent:
+    method: str
+    url: str
+    body: int  # bytes
+
+
+@dataclass
+class Wire:
+    """The HTTP pool of one MinioStore's client: records requests, runs hooks before them."""
+
+    pool: urllib3.PoolManager
+    sent: list[Sent] = field(default_factory=list)
+    before: list[tuple[Callable[[str, str], bool], Callable[[], None]]] = field(
+        default_factory=list
+    )
+    drop_answer: list[Callable[[str, str], bool]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        original = self.pool.urlopen
+
+        def urlopen(method: str, url: str, *args: Any, **kw: Any) -> Any:
+            for index, (matches, action) in enumerate(self.before):
+                if matches(method, url):
+                    del self.before[index]
+                    action()
+                    break
+            body = kw.get("body") or b""
+            self.sent.append(Sent(method, url, len(body)))
+            response = original(method, url, *args, **kw)
+            for index, matches in enumerate(self.drop_answer):
+                if matches(method, url):
+                    del self.drop_answer[index]
+                    response.drain_conn()
+                    raise urllib3.exceptions.ProtocolError("connection lost before the answer")
+            return response
+
+        self.pool.urlopen = urlopen  # type: ignore[method-assign]
+
+    def count(self) -> int:
+        return len(self.sent)
+
+    def since(self, mark: int) -> list[Sent]:
+        return self.sent[mark:]
+
+
+def wired_store(place: S3Place, **options: Any) -> tuple[MinioStore, Wire]:
+    """A MinioStore whose client's HTTP requests a test can watch and interrupt."""
+    pool = MinioStore.http_client(timeout=5.0)
+    client = Minio(
+        place.server.endpoint,
+        access_key=place.server.access_key,
+        secret_key=place.server.secret_key,
+        secure=False,
+        region="us-east-1",
+        http_client=pool,
+    )
+    return MinioStore(client, place.bucket, "runs", **options), Wire(pool)
+
+
+def is_info_put(method: str, url: str) -> bool:
+    return method == "PUT" and url.split("?")[0].endswith("/info.json")
+
+
+def is_segment_put(method: str, url: str) -> bool:
+    return method == "PUT" and url.split("?")[0].endswith(".jsonl")
+
+
+def is_batch_delete(method: str, url: str) -> bool:
+    return method == "POST" and "delete" in url.split("?", 1)[-1]
+
+
+def new_state(state_id: str = "run", text: str = "Write the nightly report") -> State:
+    return State(state_id, messages=[Message.user(text)])
+
+
+def segment_keys(place: S3Place) -> list[str]:
+    return [key for key in place.object_keys() if key.endswith(".jsonl")]
+
+
+@pytest.fixture(autouse=True)
+def conditional_writes(s3: S3Place) -> None:
+    """Every test here needs If-Match / If-None-Match on PUT: probe the server for them."""
+    client = s3.server.client()
+    key = "probe/conditional"
+    try:
+        client._execute("PUT", s3.bucket, key, body=b"1", headers={"If-None-Match": "*"})
+        try:
+            client._execute("PUT", s3.bucket, key, body=b"2", headers={"If-None-Match": "*"})
+        except Exception as error:
+            if getattr(error, "code", None) != "PreconditionFailed":
+                raise
+        else:
+            pytest.xfail(f"{s3.kind} ignores If-None-Match: * on PUT (no atomic create)")
+        try:
+            client._execute("PUT", s3.bucket, key, body=b"3", headers={"If-Match": '"0000"'})
+        except Exception as error:
+            if getattr(error, "code", None) != "PreconditionFailed":
+                raise
+        else:
+            pytest.xfail(f"{s3.kind} ignores If-Match on PUT (no fencing)")
+    finally:
+        client.remove_object(s3.bucket, key)
+
+
+# ------------------------------------------------------------------ fencing
+def test_a_claim_fences_the_old_writer_and_its_save_stays_invisible(s3: S3Place) -> None:
+    old = s3.store()
+    state = new_state()
+    old.save(state)
+    state.send("first step")
+    old.save(state)
+
+    operator = s3.store()
+    epoch = operator.claim("run")
+    assert epoch == 2
+
+    # The replacement loads what was saved, and saves on (claiming on its first write).
+    replacement = s3.store()
+    resumed = replacement.load("run")
+    assert resumed == state
+    resumed.send("replacement's step")
+    replacement.save(resumed)
+
+    # The old pod is still running: its next save fails, and what it wrote is not seen.
+    state.send("old pod's step")
+    with pytest.raises(StateFencedError, match="another writer"):
+        old.save(state)
+    with pytest.raises(StateFencedError):
+        old.save(state)  # and it stays fenced
+
+    loaded = s3.store().load("run")
+    assert loaded == resumed
+    assert [m.text for m in loaded.messages][-1] == "replacement's step"
+    assert "old pod's step" not in [m.text for m in loaded.messages]
+
+
+def race(stores: list[MinioStore], states: list[State]) -> list[BaseException | None]:
+    """Save each State through its store, all at once (released together by a barrier)."""
+    start = threading.Barrier(len(stores))
+    outcome: list[BaseException | None] = [None] * len(stores)
+
+    def save(number: int) -> None:
+        start.wait()
+        try:
+            stores[number].save(states[number])
+        except BaseException as error:
+            outcome[number] = error
+
+    threads = [threading.Thread(target=save, args=(n,)) for n in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcome
+
+
+def test_two_writers_racing_one_wins_the_other_is_fenced(s3: S3Place) -> None:
+    s3.store().save(new_state())
+    for round_ in range(10):
+        racers = [s3.store(), s3.store()]
+        states = [racer.load("run") for racer in racers]
+        for number, state in enumerate(states):
+            state.send(f"round {round_} by {number}")
+        outcome = race(racers, states)
+        failed = [n for n in (0, 1) if outcome[n] is not None]
+        assert len(failed) == 1, outcome
+        assert isinstance(outcome[failed[0]], StateFencedError)
+        winner = 1 - failed[0]
+        assert s3.store().load("run") == states[winner]
+
+
+def test_loads_while_a_writer_saves_and_merges_see_whole_prefixes(s3: S3Place) -> None:
+    writer = s3.store(merge_after=3)
+    state = new_state()
+    writer.save(state)
+    texts = ["Write the nightly report"]
+    done = threading.Event()
+    seen: list[int] = []
+    problems: list[BaseException] = []
+
+    def read_repeatedly() -> None:
+        reader = s3.store()
+        try:
+            while not done.is_set():
+                loaded = reader.load("run")
+                assert [m.text for m in loaded.messages] == texts[: len(loaded.messages)]
+                seen.append(len(loaded.history))
+        except BaseException as error:
+            problems.append(error)
+
+    thread = threading.Thread(target=read_repeatedly)
+    thread.start()
+    try:
+        for step in range(60):
+            texts.append(f"step {step}")
+            state.send(texts[-1])
+            writer.save(state)
+    finally:
+        done.set()
+        thread.join()
+    assert not problems, problems
+    assert seen == sorted(seen)  # never goes back
+    assert s3.store().load("run") == state
+
+
+def test_a_claim_after_load_refuses_a_state_written_meanwhile(s3: S3Place) -> None:
+    writer = s3.store()
+    state = new_state()
+    writer.save(state)
+    late = s3.store()
+    stale = late.load("run")
+    state.send("written after the other store read it")
+    writer.save(state)
+    stale.send("based on an old copy")
+    with pytest.raises(StateFencedError, match="since this store read it"):
+        late.save(stale)
+    assert s3.store().load("run") == state
+
+
+def test_a_fenced_writer_is_refused_even_after_the_new_owner_merged(s3: S3Place) -> None:
+    old = s3.store(merge_after=4)
+    state = new_state()
+    old.save(state)
+    new = s3.store(merge_after=4)
+    resumed = new.load("run")
+    for step in range(12):
+        resumed.send(f"step {step}")
+        new.save(resumed)
+    state.send("zombie")
+    with pytest.raises(StateFencedError):
+        old.save(state)
+    assert s3.store().load("run") == resumed
+    assert len(segment_keys(s3)) <= 4 + 1
+
+
+# ------------------------------------------------------------------ interrupted saves
+def test_a_save_stopped_between_its_two_requests_is_invisible_then_repaired(
+    s3: S3Place,
+) -> None:
+    store, wire = wired_store(s3, retry_budget=1.0)
+    state = new_state()
+    store.save(state)
+    state.send("lost for now")
+    wire.before.append((is_info_put, s3.server.stop))  # the segment lands, then the outage
+    with pytest.raises(StoreUnavailableError, match="budget of 1s"):
+        store.save(state)
+    s3.server.start()
+
+    loaded = s3.store().load("run")
+    assert [m.text for m in loaded.messages] == ["Write the nightly report"]
+    assert len(segment_keys(s3)) == 2  # the orphan segment is there, and not read
+
+    store.save(state)  # the same State object sends what was not saved again
+    assert s3.store().load("run") == state
+
+
+def test_a_lost_answer_to_a_conditional_put_is_recognised_as_our_own(s3: S3Place) -> None:
+    store, wire = wired_store(s3)
+    state = new_state()
+    wire.drop_answer.append(is_info_put)  # the create lands; its answer never comes back
+    store.save(state)  # retried: the 412 it gets is its own create
+    state.send("next")
+    wire.drop_answer.append(is_info_put)
+    store.save(state)  # the same for a conditional update
+    state.send("after")
+    store.save(state)
+    assert s3.store().load("run") == state
+
+
+def test_a_create_stopped_before_its_info_leaves_nothing_visible(s3: S3Place) -> None:
+    store, wire = wired_store(s3, retry_budget=1.0)
+    wire.before.append((is_info_put, s3.server.stop))
+    with pytest.raises(StoreUnavailableError):
+        store.save(new_state())
+    s3.server.start()
+    fresh = s3.store()
+    assert fresh.read("run") is None
+    assert fresh.list() == []
+    assert len(segment_keys(s3)) == 1  # the orphan
+
+    again = new_state(text="second try")
+    fresh.save(again)
+    assert fresh.load("run") == again
+    assert len(segment_keys(s3)) == 1  # the orphan was removed by the successful create
+
+
+def test_create_of_an_existing_id_writes_nothing(s3: S3Place) -> None:
+    store = s3.store()
+    store.save(new_state())
+    before = s3.object_keys()
+    other, wire = wired_store(s3)
+    with pytest.raises(ValueError, match=r"already exists.*load"):
+        other.save(new_state(text="another run, same id"))
+    assert s3.object_keys() == before
+    assert not [s for s in wire.sent if s.method == "PUT"]
+
+
+def test_a_create_racing_another_create_loses_cleanly(s3: S3Place) -> None:
+    first, second = s3.store(), s3.store()
+    loser, wire = wired_store(s3)
+    # The loser has listed (no State yet) and written its segment when the winner creates.
+    winner_state = new_state(text="winner")
+    wire.before.append((is_info_put, lambda: first.save(winner_state)))
+    with pytest.raises(ValueError, match="already exists"):
+        loser.save(new_state(text="loser"))
+    assert second.load("run") == winner_state
+    assert len(segment_keys(s3)) == 1  # the loser took its segment back
+
+
+def test_an_unknown_id_is_refused_and_nothing_is_written(s3: S3Place) -> None:
+    store = s3.store()
+    with pytest.raises(LookupError):
+        store.write("ghost", [entry(0)], info(1))
+    assert s3.object_keys() == []
+
+
+# ------------------------------------------------------------------ merging
+def test_a_thousand_saves_load_in_a_few_requests(s3: S3Place) -> None:
+    writer, write_wire = wired_store(s3)
+    state = new_state()
+    writer.save(state)
+    per_save: list[list[Sent]] = []
+    for step in range(999):
+        state.send(f"step {step}: " + "x" * 250)
+        mark = write_wire.count()
+        writer.save(state)
+        per_save.append(write_wire.since(mark))
+
+    # The hot path: one segment PUT with just the new entry, one info PUT.
+    hot = [sent for sent in per_save if len(sent) == 2]
+    assert len(hot) >= 0.8 * len(per_save)
+    for sent in hot:
+        assert [is_segment_put(s.method, s.url) for s in sent] == [True, False]
+        assert is_info_put(sent[1].method, sent[1].url)
+        assert sent[0].body < 1000  # one ~300-byte entry, whatever the history's length
+
+    reader, read_wire = wired_store(s3)
+    loaded = reader.load("run")
+    assert loaded == state
+    assert len(loaded.history) == 1000
+    # Bucket check, info, one listing, and at most about merge_after segments.
+    assert read_wire.count() <= 3 + 17
+    assert len(segment_keys(s3)) <= 17
+
+
+def test_a_merge_stopped_after_its_merged_segment_loses_nothing(s3: S3Place) -> None:
+    store, wire = wired_store(s3, merge_after=6, retry_budget=1.0)
+    state = new_state()
+    store.save(state)
+    for step in range(5):
+        state.send(f"step {step}")
+        store.save(state)
+    before = segment_keys(s3)
+    assert len(before) == 6
+    # The next save merges: its merged segment lands, the server goes before the delete.
+    wire.before.append((is_batch_delete, s3.server.stop))
+    state.send("the save that merges")
+    store.save(state)  # the save itself succeeded; the merge fails quietly
+    s3.server.start()
+
+    after = segment_keys(s3)
+    assert set(before) < set(after)  # old segments still there, next to the merged one
+    loaded = s3.store().load("run")
+    assert loaded == state
+    assert [e.seq for e in loaded.history] == list(range(len(state.history)))
+
+    for step in range(4):  # a failed merge is tried again a few segments later
+        state.send(f"later {step}")
+        store.save(state)
+    assert len(segment_keys(s3)) < len(after)
+    assert s3.store().load("run") == state
+
+
+def test_a_merge_by_a_fenced_writer_does_not_hide_the_new_owners_entries(s3: S3Place) -> None:
+    old = s3.store(merge_after=3)
+    state = new_state()
+    old.save(state)
+    for step in range(2):
+        state.send(f"old {step}")
+        old.save(state)
+    new = s3.store(merge_after=3)
+    resumed = new.load("run")
+    resumed.send("new owner")
+    new.save(resumed)
+    state.send("zombie")
+    with pytest.raises(StateFencedError):
+        old.save(state)  # its segment went out, past what is committed
+    for step in range(5):
+        resumed.send(f"new {step}")
+        new.save(resumed)
+    assert s3.store().load("run") == resumed
+
+
+# ------------------------------------------------------------------ outages
+def test_an_outage_fails_a_save_within_the_budget_and_loses_nothing(s3: S3Place) -> None:
+    store = s3.store(retry_budget=2.0, timeout=1.0)
+    state = new_state()
+    store.save(state)
+    s3.server.stop()
+    state.send("while the store is down")
+    with pytest.raises(StoreUnavailableError, match="budget of 2s") as failure:
+        store.save(state)
+    assert "attempts" in str(failure.value)
+    with pytest.raises(StoreUnavailableError):
+        store.load("run")
+    s3.server.start()
+    state.send("after it came back")
+    store.save(state)
+    loaded = s3.store().load("run")
+    assert loaded == state
+    assert [m.text for m in loaded.messages][-2:] == [
+        "while the store is down",
+        "after it came back",
+    ]
+
+
+# ------------------------------------------------------------------ reading, listing
+def test_list_reads_only_the_info_objects(s3: S3Place) -> None:
+    writer = s3.store()
+    for name in ["a", "b", "c"]:
+        state = new_state(name)
+        writer.save(state)
+        for step in range(3):
+            state.send(f"{name} {step}")
+            writer.save(state)
+    reader, wire = wired_store(s3)
+    assert sorted(saved.id for saved in reader.list()) == ["a", "b", "c"]
+    assert not [s for s in wire.sent if ".jsonl" in s.url]
+    assert [s.method for s in wire.sent].count("GET") <= 1 + 1 + 3  # bucket, listing, infos
+
+
+def test_delete_removes_every_object_of_the_id_only(s3: S3Place) -> None:
+    store = s3.store()
+    for name in ["a", "ab", "a/b"]:
+        store.save(new_state(name))
+    store.delete("a")
+    assert sorted(saved.id for saved in store.list()) == ["a/b", "ab"]
+    assert not [key for key in s3.object_keys() if key.startswith("runs/a/")]
+    assert [key for key in s3.object_keys() if key.startswith("runs/ab/")]
+
+
+def test_a_writer_of_a_deleted_state_cannot_bring_it_back(s3: S3Place) -> None:
+    writer = s3.store()
+    state = new_state()
+    writer.save(state)
+    s3.store().delete("run")
+    state.send("after the delete")
+    with pytest.raises(LookupError):
+        writer.save(state)
+    assert s3.store().read("run") is None
+    recreated = new_state(text="a new run with the old id")
+    s3.store().save(recreated)
+    assert s3.store().load("run") == recreated
+
+
+# ------------------------------------------------------------------ the store object
+def test_same_as_is_endpoint_bucket_and_prefix(s3: S3Place, tmp_path: Any) -> None:
+    assert s3.store().same_as(s3.store())
+    assert s3.store("runs").same_as(s3.store("runs/"))
+    assert not s3.store("runs").same_as(s3.store("other"))
+    assert not s3.store().same_as(FileStore(tmp_path))
+
+
+def test_repr_and_errors_never_show_the_secret(s3: S3Place) -> None:
+    store = s3.store(retry_budget=0.5)
+    assert s3.server.secret_key not in repr(store)
+    assert s3.server.access_key not in repr(store)
+    s3.server.stop()
+    with pytest.raises(StoreUnavailableError) as failure:
+        store.save(new_state())
+    assert s3.server.secret_key not in str(failure.value)
+
+
+def test_a_missing_bucket_is_created_or_named(s3: S3Place) -> None:
+    place = S3Place(s3.server, s3.bucket + "-missing")
+    with pytest.raises(MissingBucketError, match=f"{place.bucket}.*{s3.server.endpoint}"):
+        place.store(create_bucket=False).save(new_state())
+    try:
+        store = place.store()
+        store.save(new_state())
+        assert place.store().load("run") == store.load("run")
+    finally:
+        s3.server.remove_bucket(place.bucket)
+
+
+def test_a_bad_prefix_is_refused(s3: S3Place) -> None:
+    for prefix in ["a/../b", "..", "./x", "a//b"]:
+        with pytest.raises(ValueError, match="prefix"):
+            s3.store(prefix)
+
+
+def test_owners_taking_turns_with_zombies_and_lost_answers_keep_one_history(
+    s3: S3Place,
+) -> None:
+    """Random but reproducible: stores take the State over in turn; the one replaced
+    keeps trying to save; answers to info PUTs get lost on the way back; merges run often."""
+    rng = random.Random(20260301)
+    stores = [wired_store(s3, merge_after=3) for _ in range(3)]
+    first, _ = stores[0]
+    truth = new_state()
+    first.save(truth)
+    owner, owner_state = 0, truth
+    for round_ in range(8):
+        successor = rng.choice([n for n in range(3) if n != owner])
+        store, wire = stores[successor]
+        if rng.random() < 0.5:
+            s3.store().claim("run")  # the operator takes over before starting the successor
+        resumed = store.load("run")
+        assert resumed == truth
+        for step in range(rng.randint(1, 6)):
+            resumed.send(f"round {round_} step {step} by {successor}")
+            if rng.random() < 0.3:
+                wire.drop_answer.append(is_info_put)
+            store.save(resumed)
+            truth = resumed
+        # The replaced owner is still alive and tries to save once more.
+        old_store, _ = stores[owner]
+        owner_state.send(f"zombie write in round {round_}")
+        with pytest.raises(StateFencedError):
+            old_store.save(owner_state)
+        assert s3.store().load("run") == truth
+        owner, owner_state = successor, resumed
