@@ -6,5 +6,5 @@
   what the store holds after every fault.
 - ``report``: writes ``docs/reliability.md`` from what ran.
 
-``tests/test_campaign.py`` runs it; counts and seed come from the environment (see there).
+``tests/runtime/test_campaign.py`` runs it; counts and seed come from the environment (see there).
 """

@@ -99,7 +99,7 @@ class ReliabilityReport:
         lines = [
             "# Reliability: the fault campaign",
             "",
-            "Written by the campaign itself (`tests/test_campaign.py`), the runtime half of",
+            "Written by the campaign itself (`tests/runtime/test_campaign.py`), the runtime half of",
             "issue 13: real processes, real signals, a real filesystem running out of space,",
             "and the scripted model server recording every request. Do not edit by hand: each",
             "run rewrites the sections it ran and keeps the others.",

@@ -45,7 +45,7 @@ def reliability_report() -> Iterator[ReliabilityReport]:
         f"ALPINEAGENTS_CAMPAIGN_SEED={SEED} ALPINEAGENTS_CAMPAIGN_SIGKILLS={SIGKILLS} "
         f"ALPINEAGENTS_CAMPAIGN_CTRL_CS={CTRL_CS} ALPINEAGENTS_CAMPAIGN_S3_SIGKILLS="
         f"{S3_SIGKILLS} ALPINEAGENTS_CAMPAIGN_S3_CTRL_CS={S3_CTRL_CS} "
-        "python -m pytest tests/test_campaign.py"
+        "python -m pytest tests/runtime/test_campaign.py"
     )
     report = ReliabilityReport(SEED, command)
     yield report

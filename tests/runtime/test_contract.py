@@ -331,7 +331,7 @@ class TestExceptionsEndTheRunTheUsualWay:
 # ------------------------------------------------------------------ Ctrl+C at every instant
 # A real SIGINT to a real child process, paused at each instant of a run's first moments
 # (tests/agents/interrupt_child.py, forked from a server that has imported the library).
-# Later instants, at random, are in tests/test_campaign.py.
+# Later instants, at random, are in tests/runtime/test_campaign.py.
 FIRST_MOMENTS = ["run", "client", "save", "write", "written"]
 
 

@@ -685,7 +685,7 @@ def read_line(stream: Any, timeout: float = 60) -> str:
 
 def raw_post(server: ModelServer, path: str, body: object) -> tuple[int, dict[str, str], str]:
     host, port = server.url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    connection = http.client.HTTPConnection(host, int(port), timeout=WAIT)
     try:
         connection.request("POST", path, json.dumps(body), {"content-type": "application/json"})
         response = connection.getresponse()
