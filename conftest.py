@@ -13,6 +13,7 @@ pytest_plugins: list[str] = [
     "tests.bench.helm",
     "tests.bench.stores",
     "tests.bench.browser",
+    "tests.bench.small_fs",
 ]
 
 
