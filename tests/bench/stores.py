@@ -128,7 +128,23 @@ class ChildStore:
 @pytest.fixture
 def child_store(request: pytest.FixtureRequest, store: Store) -> ChildStore:
     """How a child process opens this test's ``store`` (see :class:`ChildStore`)."""
-    kind = request.node.callspec.params["store"]
+    kind, _, wrapper = str(request.node.callspec.params["store"]).partition("+")
+    if wrapper == "encrypted":
+        # The child opens the same wrapper through the URL, with the test's keys.
+        from alpineagents.store.encrypted import KEYS_ENV, EncryptedStore
+
+        assert isinstance(store, EncryptedStore)
+        plain = _child_store(request, kind, store.inner)
+        if plain.url == "memory":
+            return plain
+        joiner = "&" if "?" in plain.url else "?"
+        return ChildStore(
+            f"{plain.url}{joiner}encrypted=true", {**plain.env, KEYS_ENV: TEST_KEYRING_TEXT}
+        )
+    return _child_store(request, kind, store)
+
+
+def _child_store(request: pytest.FixtureRequest, kind: str, store: Store) -> ChildStore:
     if kind == "file":
         assert isinstance(store, FileStore)
         return ChildStore(f"file://{store.folder}", {})
