@@ -30,7 +30,7 @@ from .run_credentials import (
     mint_run_credentials,
     renew_at,
 )
-from .views import JSON, AgentRunView, PodView, pod_name_for
+from .views import JSON, TERMINAL_PHASES, AgentRunView, PodView, pod_name_for
 
 _log = logging.getLogger(__name__)
 RETRY_SECONDS = 30.0
@@ -104,8 +104,10 @@ class RunCredentialIssuer:
         has no live pod with credentials of its own.
         """
         key = (run.namespace, run.name)
-        if not uses_run_credentials(run, self.config) or run.status.attempt < 1:
+        if run.status.phase in TERMINAL_PHASES:
             self._forget(key)
+            return None
+        if not uses_run_credentials(run, self.config) or run.status.attempt < 1:
             return None
         current = pod_name_for(run.name, run.status.attempt)
         if not any(p.name == current and p.alive and not p.deleting for p in pods):

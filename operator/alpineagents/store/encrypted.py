@@ -46,6 +46,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import StateFormatError
+from ..pod_contract import ENV_ENCRYPTION_KEYS
 from ..state import SEALED, Record
 from .base import StateInfo, Store
 
@@ -57,7 +58,7 @@ __all__ = [
     "Keyring",
 ]
 
-KEYS_ENV = "ALPINEAGENTS_ENCRYPTION_KEYS"
+KEYS_ENV = ENV_ENCRYPTION_KEYS
 """The environment variable holding the keyring (``KEYS_ENV + "_FILE"``: a file holding it)."""
 
 READABLE_INFO = frozenset({"v", "updated_at", "stopped", "parent_id", "entries", "turns", "usage"})
