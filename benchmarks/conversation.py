@@ -10,7 +10,6 @@ memory), so what is measured is the agent and its store, nothing else. The LangG
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,8 @@ from typing import Any
 import anthropic
 
 from alpineagents import Agent, Message, State, Store, tool
+
+from .measure import mark, since
 
 FIRST_MESSAGE = "Check the nightly build of every service and fix what is broken."
 MODEL = "claude-sonnet-5"
@@ -77,15 +78,15 @@ class _Messages:
 class InstantModel:
     """Answers ``steps`` times with a ``run_command`` call, then with a short text.
 
-    ``calls`` holds the ``perf_counter`` time of every request, so the time between two
+    ``calls`` holds a ``measure.mark()`` of every request, so the time between two
     requests is what one step cost the agent (and its store, if it has one).
     """
 
     steps: int
-    calls: list[float] = field(default_factory=list)
+    calls: list[tuple[float, float]] = field(default_factory=list)  # measure.mark() of each
 
     def reply(self, request: dict[str, Any]) -> _Reply:
-        self.calls.append(time.perf_counter())
+        self.calls.append(mark())
         n = len(self.calls) - 1
         if n < self.steps:
             content: list[dict[str, Any]] = [
@@ -119,8 +120,11 @@ class InstantModel:
         return client
 
     def step_seconds(self) -> list[float]:
-        """How long each step took: from one model request to the next."""
-        return [b - a for a, b in zip(self.calls, self.calls[1:], strict=False)]
+        """How long each step took: from one model request to the next (less the time the
+        thread waited for a CPU, see :func:`benchmarks.measure.since`)."""
+        return [
+            (b[0] - a[0]) - (b[1] - a[1]) for a, b in zip(self.calls, self.calls[1:], strict=False)
+        ]
 
 
 def timed_store(store: Store, record: Callable[[float], None]) -> Store:
@@ -128,11 +132,11 @@ def timed_store(store: Store, record: Callable[[float], None]) -> Store:
     kind = type(store)
 
     def save(self: Store, state: State) -> None:
-        begin = time.perf_counter()
+        start = mark()
         try:
             kind.save(self, state)
         finally:
-            record(time.perf_counter() - begin)
+            record(since(start))
 
     timed = type(f"Timed{kind.__name__}", (kind,), {"save": save})
     store.__class__ = timed
@@ -158,9 +162,9 @@ def run_ours(state_id: str, steps: int, store: Store | None) -> OurRun:
     # max_tokens at 4096: replies up to that are not streamed (the instant model does not stream).
     agent = Agent(MODEL, store, tools=[run_command], client=model.client(), max_tokens=4096)
     state = State(state_id, [Message.user(FIRST_MESSAGE)])
-    begin = time.perf_counter()
+    start = mark()
     answer = agent.run(state)
-    took = time.perf_counter() - begin
+    took = since(start)
     check_run(state, steps, answer)
     return OurRun(state, model, saves, took)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from langgraph.graph.message import _messages_delta_reducer, add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from .conversation import FIRST_MESSAGE, command, result
+from .measure import mark, since
 
 
 class ListState(TypedDict):
@@ -57,19 +57,22 @@ class PeerRun:
     """One run of the conversation on LangGraph."""
 
     steps: int
-    agent_calls: list[float] = field(default_factory=list)  # perf_counter of each model turn
+    agent_calls: list[tuple[float, float]] = field(default_factory=list)  # mark() of each turn
     saves: list[tuple[int, float]] = field(default_factory=list)  # (step, seconds) per call
     seconds: float = 0.0
 
     def step_seconds(self) -> list[float]:
-        return [b - a for a, b in zip(self.agent_calls, self.agent_calls[1:], strict=False)]
+        return [
+            (b[0] - a[0]) - (b[1] - a[1])
+            for a, b in zip(self.agent_calls, self.agent_calls[1:], strict=False)
+        ]
 
 
 def build_graph(delta: bool, run: PeerRun, checkpointer: BaseCheckpointSaver[Any] | None) -> Any:
     """The compiled ReAct graph; its agent node answers like our instant model."""
 
     def agent(state: dict[str, Any]) -> dict[str, Any]:
-        run.agent_calls.append(time.perf_counter())
+        run.agent_calls.append(mark())
         n = len(run.agent_calls) - 1
         if n < run.steps:
             call = {"name": "run_command", "args": {"command": command(n)}, "id": f"call_{n:020d}"}
@@ -93,11 +96,11 @@ def timed_saver(saver: BaseCheckpointSaver[Any], run: PeerRun) -> BaseCheckpoint
         original = getattr(kind, name)
 
         def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-            begin = time.perf_counter()
+            start = mark()
             try:
                 return original(self, *args, **kwargs)
             finally:
-                run.saves.append((len(run.agent_calls), time.perf_counter() - begin))
+                run.saves.append((len(run.agent_calls), since(start)))
 
         return timed
 
@@ -125,11 +128,11 @@ def run_peer(
         timed_saver(saver, run)
     graph = build_graph(delta, run, saver)
     options = {} if durability is None else {"durability": durability}
-    begin = time.perf_counter()
+    start = mark()
     final = graph.invoke(
         {"messages": [HumanMessage(FIRST_MESSAGE)]}, config(thread, steps), **options
     )
-    run.seconds = time.perf_counter() - begin
+    run.seconds = since(start)
     check_messages(final["messages"], steps)
     return run
 

@@ -97,8 +97,10 @@ def langgraph(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str 
             "Save time per step is the time spent inside the store's `save` (ours: 3 saves "
             "a step that write something) or the saver's `put` and `put_writes` (LangGraph: "
             "2 checkpoints a step), over the whole run, divided by the steps. Ours are "
-            "durable before the step goes on; LangGraph runs with its default durability "
-            '("async"), so its saves overlap the next step. Bytes: the State\'s folder '
+            'durable before the step goes on, and LangGraph runs with `durability="sync"` '
+            'here so its saves are too (its default, "async", writes each checkpoint on a '
+            "thread while the next step runs: the step does not wait, but that thread's time "
+            "would count its waits for the GIL). Bytes: the State's folder "
             "(ours), the database file after folding in its write-ahead log (SQLite), the "
             "checkpoint tables with indexes and TOAST (Postgres, which compresses large "
             "values). SqliteSaver and the Postgres rows ran in the first repeat only.",
@@ -372,8 +374,9 @@ def not_measured(page: Page) -> None:
     """Targets whose harness is another helper's fixture (the real node)."""
     page.order = ORDER
     why = (
-        "needs the real-node fixture (a kubelet on this machine, branch `realnode`), "
-        "which has not landed on main"
+        "need the real-node fixture (a kubelet with containerd on this machine, in "
+        "tests/bench), which this harness does not start yet; "
+        "benchmarks/resume_latency.py measures resumes on it on its own"
     )
     page.rows["resume-latency"] = Row(
         "real node: a pod's loss → the resumed run's first saved entry (1 loss, 30 at once)",
@@ -388,7 +391,7 @@ def not_measured(page: Page) -> None:
         "measured",
         None,
     )
-    page.not_measured.append(f"Resume latency on a real node and operator scale: {why}.")
+    page.not_measured.append(f"Resume latency on a real node and operator scale {why}.")
 
 
 SECTIONS: dict[str, Section] = {

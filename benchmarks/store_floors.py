@@ -10,7 +10,6 @@ import io
 import json
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from alpineagents import FileStore, Message, State, Store
 
 from .conversation import result
-from .measure import Spread
+from .measure import Spread, mark, since
 
 SAVES_PER_REPEAT = 200
 HISTORY_BEFORE = 1_000  # entries a State has when its saves are measured
@@ -49,15 +48,15 @@ def grown_state(store: Store, state_id: str, entries: int) -> State:
 def interleaved(
     save: Callable[[int], None], floor: Callable[[int], None], pairs: int
 ) -> tuple[list[float], list[float]]:
-    """``pairs`` timings of each, alternating which goes first."""
+    """``pairs`` timings of each (see :func:`benchmarks.measure.since`), alternating which
+    goes first."""
     saves, floors = [], []
     for n in range(pairs):
         order = (save, floor) if n % 2 == 0 else (floor, save)
         for call in order:
-            begin = time.perf_counter()
+            start = mark()
             call(n)
-            took = time.perf_counter() - begin
-            (saves if call is save else floors).append(took)
+            (saves if call is save else floors).append(since(start))
     return saves, floors
 
 
@@ -129,9 +128,9 @@ def minio_slowest_save(server: Any, steps: int, repeats: int) -> dict[str, Sprea
         times = []
         for n in range(3 * steps):
             add_entry(state, n)
-            begin = time.perf_counter()
+            start = mark()
             store.save(state)
-            times.append(time.perf_counter() - begin)
+            times.append(since(start))
         check_saved(minio_store(server, bucket), state)
         median = statistics.median(times)
         figures["ratio"].add(max(times) / median)

@@ -72,7 +72,7 @@ def steps_and_bytes(work: Path, steps: int, repeats: int, postgres_url: str | No
         for name, delta, kind in peers:
             label = f"{repeat}-{'delta' if delta else 'list'}"
             with _saver(kind, work / f"peer-{label}.db", postgres_url, label) as (saver, size):
-                peer_run = peer.run_peer(steps, delta=delta, saver=saver)
+                peer_run = peer.run_peer(steps, delta=delta, saver=saver, durability="sync")
                 per_step = save_seconds_per_step(peer_run.saves, steps)
             figures.add_peer(name, size(), per_step)
     if postgres_url is None:

@@ -1,7 +1,7 @@
 """``alpineagents``: run, resume and inspect agent runs from a shell.
 
-``run [FILE.yaml]`` runs or resumes an AgentRun (in a pod: the spec comes from
-``ALPINEAGENTS_SPEC``); ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
+``run [FILE.yaml]`` runs or resumes an AgentRun (in a pod: the spec comes from the file
+``ALPINEAGENTS_SPEC_FILE`` names); ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
 what a store holds. Each command is a few lines over :mod:`alpineagents.runner`.
 """
 
@@ -150,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
         "file",
         nargs="?",
         metavar="FILE.yaml",
-        help="AgentRun manifest (default: $ALPINEAGENTS_SPEC)",
+        help="AgentRun manifest (default: the spec in $ALPINEAGENTS_SPEC_FILE or $ALPINEAGENTS_SPEC)",
     )
     command.add_argument(
         "--id", help="State id (default: $ALPINEAGENTS_STATE_ID, else metadata.name)"

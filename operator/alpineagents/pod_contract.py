@@ -28,8 +28,12 @@ VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "AgentRun"
 
+ENV_SPEC_FILE = "ALPINEAGENTS_SPEC_FILE"
+"""Path of a file holding the AgentRun's ``.spec`` as JSON (the operator mounts it
+read-only from a Secret of the pod's own)."""
 ENV_SPEC = "ALPINEAGENTS_SPEC"
-"""The AgentRun's ``.spec`` as JSON."""
+"""The AgentRun's ``.spec`` as JSON itself, when :data:`ENV_SPEC_FILE` is not set (older
+operators set it; exec refuses one variable over 128 KiB, so a long prompt needs the file)."""
 ENV_STORE = "ALPINEAGENTS_STORE"
 """The store URL (see :func:`alpineagents.open_store`)."""
 ENV_STATE_ID = "ALPINEAGENTS_STATE_ID"

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO, cast
 
+from .pod_contract import ENV_MCP_PREFIX
+
 __all__ = ["MASK", "SECRET_ENV", "Redactor"]
 
 MASK = "***"
@@ -58,7 +60,8 @@ class Redactor:
     def from_environment(cls, env: Mapping[str, str] | None = None) -> Redactor:
         """The secrets of a run's environment: the variables named in
         ``ALPINEAGENTS_SECRET_ENV``, the model and store credentials (also from their
-        ``*_FILE``), the encryption keys, and any variable whose name says it is a
+        ``*_FILE``), the encryption keys, MCP servers' values from Secrets
+        (``ALPINEAGENTS_MCP_*``), and any variable whose name says it is a
         secret (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*API_KEY*``, ...)."""
         env = os.environ if env is None else env
         named = {n.strip() for n in env.get(SECRET_ENV, "").split(",") if n.strip()}
@@ -66,7 +69,12 @@ class Redactor:
         for name, value in env.items():
             if name == SECRET_ENV:
                 continue
-            if name in named or name in _KNOWN or _SECRET_NAME.search(name):
+            if (
+                name in named
+                or name in _KNOWN
+                or name.startswith(ENV_MCP_PREFIX)
+                or _SECRET_NAME.search(name)
+            ):
                 if name.endswith("_FILE"):
                     values += _file_secrets(value)
                 else:

@@ -43,12 +43,23 @@ class SecretConflict(Exception):
 
 
 class PodRefused(Exception):
-    """The API server refused a pod (invalid, or forbidden by a quota or policy)."""
+    """The API server refused a pod or its spec Secret (invalid, too large, or forbidden
+    by a quota or policy)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"pod refused ({status}): {message}")
         self.status = status
         self.message = message
+
+
+def failure_text(error: BaseException) -> str:
+    """One line saying what went wrong: an API server's answer as its code and message
+    (without the headers, which differ every time), anything else as type and text."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(error, ApiException):
+        return f"the API server answered {error.status}: {_api_message(error)}"
+    return f"{type(error).__name__}: {error}"
 
 
 def _api_message(error: Any) -> str:
@@ -226,6 +237,28 @@ class Cluster:
                 raise SecretConflict(
                     f"Secret {namespace}/{name} exists and does not belong to this AgentRun; "
                     f"rename or delete it so the run's credentials can go there"
+                ) from None
+            raise
+
+    def apply_pod_secret(self, manifest: Mapping[str, Any]) -> None:
+        """:meth:`apply_secret` for a Secret a pod cannot start without (its spec): the
+        API server refusing it (400/413/422: over 1 MiB, ...) or a Secret of that name
+        owned by something else raise :class:`PodRefused`, as a refused pod would."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = manifest["metadata"]["name"]
+        try:
+            self.apply_secret(manifest)
+        except SecretConflict:
+            raise PodRefused(
+                409,
+                f"its Secret {name} exists and does not belong to this AgentRun; rename or "
+                f"delete that Secret",
+            ) from None
+        except ApiException as error:
+            if error.status in (400, 413, 422):
+                raise PodRefused(
+                    int(error.status), f"its Secret {name}: {_api_message(error)}"
                 ) from None
             raise
 

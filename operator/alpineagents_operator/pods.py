@@ -7,8 +7,17 @@ privilege escalation, no capabilities, the runtime's seccomp profile, and no
 service-account token. Writable space is two emptyDirs: ``/tmp`` and the working
 directory ``/work``.
 
-Environment (the runner's contract, :mod:`alpineagents.pod_contract`): ``ALPINEAGENTS_SPEC`` (the
-AgentRun's spec as JSON), ``ALPINEAGENTS_STORE``, ``ALPINEAGENTS_STATE_ID``,
+The AgentRun's spec reaches the pod as a file: a Secret per attempt (:func:`spec_secret`,
+``<pod>-spec``, owned by the AgentRun, unchanged once its pod exists) mounted read-only at
+:data:`SPEC_DIR`. An environment variable could not carry it: exec refuses any single
+variable over 128 KiB (``Argument list too long``), so a long prompt could never start.
+A Secret rather than a ConfigMap because prompts and ``spec.env`` values may be
+confidential, and the ``view`` role reads ConfigMaps; it holds up to 1 MiB, and the CRD
+refuses a prompt that could not fit.
+
+Environment (the runner's contract, :mod:`alpineagents.pod_contract`):
+``ALPINEAGENTS_SPEC_FILE`` (where the spec is, as JSON), ``ALPINEAGENTS_STORE``,
+``ALPINEAGENTS_STATE_ID``,
 ``ANTHROPIC_API_KEY`` from its Secret (``secretKeyRef``), ``ANTHROPIC_BASE_URL`` when the
 operator has one, ``TERMINATION_MESSAGE_PATH``, and one ``ALPINEAGENTS_MCP_*`` variable per
 Secret reference of ``spec.mcpServers`` (a header or a stdio server's env value,
@@ -27,6 +36,7 @@ key as ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -34,7 +44,7 @@ from alpineagents.pod_contract import (
     API_VERSION,
     ENV_ATTEMPT,
     ENV_PREFIX,
-    ENV_SPEC,
+    ENV_SPEC_FILE,
     ENV_STATE_ID,
     ENV_STORE,
     ENV_TERMINATION_MESSAGE_PATH,
@@ -59,6 +69,12 @@ WORK_DIR = "/work"
 RUN_AS_USER = 65532  # the distroless "nonroot" user
 GRACE_SECONDS = 30
 """Time between SIGTERM and SIGKILL: the runner saves and exits well within it."""
+SPEC_DIR = "/etc/alpineagents"
+"""Where the spec Secret is mounted (read-only)."""
+SPEC_KEY = "spec.json"
+"""The spec's file name in :data:`SPEC_DIR` (its key in the Secret)."""
+_SPEC_VOLUME = "spec"
+_SPEC_FILE_MODE = 0o440  # owner and group (fsGroup): the runner's user reads it, no one else
 CREDENTIALS_MOUNT = "/var/run/secrets/alpineagents/store"
 CREDENTIALS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 """The keys of a run's credentials Secret, each a file under :data:`CREDENTIALS_MOUNT`."""
@@ -92,13 +108,42 @@ def store_url(run: AgentRunView, config: OperatorConfig) -> str:
     return str(run.spec.get("store") or config.store)
 
 
+def spec_secret_name(run_name: str, attempt: int) -> str:
+    """The Secret holding the spec for pod ``attempt`` (``<pod>-spec``)."""
+    return f"{pod_name_for(run_name, attempt)}-spec"
+
+
+def spec_secret(run: AgentRunView, attempt: int) -> JSON:
+    """The Secret with the AgentRun's spec for pod ``attempt``, as the pod reads it.
+
+    One per attempt, written before its pod is created and never changed after, so a pod
+    always reads the spec it was created for (spec.approvals change between attempts) and
+    no kubelet cache can serve an older one. They go with the AgentRun that owns them.
+    """
+    text = json.dumps(dict(run.spec), sort_keys=True, ensure_ascii=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": spec_secret_name(run.name, attempt),
+            "namespace": run.namespace,
+            "labels": {**run_labels(run.name), ATTEMPT_LABEL: str(attempt)},
+            "annotations": {STATE_ANNOTATION: run.state_id},
+            "ownerReferences": [owner_reference(run)],
+        },
+        "type": "Opaque",
+        "data": {SPEC_KEY: base64.b64encode(text.encode("utf-8")).decode("ascii")},
+    }
+
+
 def uses_run_credentials(run: AgentRunView, config: OperatorConfig) -> bool:
     """Whether the run's pods get credentials of their own (per-run mode, an S3 store)."""
     return config.per_run_credentials and store_url(run, config).lower().startswith("s3://")
 
 
 def forbidden_secret_refs(run: AgentRunView, config: OperatorConfig) -> str | None:
-    """Why the run may not have a pod: its ``env``/``envFrom`` names the store Secret.
+    """Why the run may not have a pod: its ``env``/``envFrom`` (or an MCP server's header
+    or env, ``spec.mcpServers``) names the store Secret.
 
     With per-run credentials the store Secret holds the key to every run's history; the
     operator references it for nobody, and refuses an AgentRun that asks for it.
@@ -106,18 +151,22 @@ def forbidden_secret_refs(run: AgentRunView, config: OperatorConfig) -> str | No
     if not (config.per_run_credentials and config.store_secret):
         return None
     spec = run.spec
-    named = [
-        ((item.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
-        for item in spec.get("env") or []
-        if isinstance(item, dict)
-    ] + [
-        (item.get("secretRef") or {}).get("name")
-        for item in spec.get("envFrom") or []
-        if isinstance(item, dict)
-    ]
+    named = (
+        [
+            ((item.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
+            for item in spec.get("env") or []
+            if isinstance(item, dict)
+        ]
+        + [
+            (item.get("secretRef") or {}).get("name")
+            for item in spec.get("envFrom") or []
+            if isinstance(item, dict)
+        ]
+        + [ref.secret for ref in mcp_secret_refs(spec)]
+    )
     if config.store_secret in named:
         return (
-            f"spec.env/envFrom refers to Secret {config.store_secret!r}, the store's "
+            f"spec.env/envFrom/mcpServers refers to Secret {config.store_secret!r}, the store's "
             f"broad key: run pods get credentials for their own run only. Remove the "
             f"reference (the runner needs no store key of its own)"
         )
@@ -149,11 +198,19 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "work", "mountPath": WORK_DIR},
+            {"name": _SPEC_VOLUME, "mountPath": SPEC_DIR, "readOnly": True},
         ],
     }
     volumes: list[JSON] = [
         {"name": "tmp", "emptyDir": {}},
         {"name": "work", "emptyDir": {}},
+        {
+            "name": _SPEC_VOLUME,
+            "secret": {
+                "secretName": spec_secret_name(run.name, attempt),
+                "defaultMode": _SPEC_FILE_MODE,
+            },
+        },
     ]
     if uses_run_credentials(run, config):
         container["volumeMounts"].append(
@@ -212,7 +269,7 @@ def _secret_env(name: str, secret: str, key: str) -> JSON:
 
 def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
     ours: list[JSON] = [
-        {"name": ENV_SPEC, "value": json.dumps(dict(run.spec), sort_keys=True)},
+        {"name": ENV_SPEC_FILE, "value": f"{SPEC_DIR}/{SPEC_KEY}"},
         {"name": ENV_STORE, "value": store_url(run, config)},
         {"name": ENV_STATE_ID, "value": run.state_id},
         {"name": ENV_ATTEMPT, "value": str(attempt)},

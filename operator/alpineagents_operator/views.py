@@ -47,6 +47,9 @@ CONTAINER_NAME = "agent"
 RUN_LABEL = f"{GROUP}/run"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 STATE_ANNOTATION = f"{GROUP}/state-id"
+MAX_NAME_LENGTH = 63
+"""Longest AgentRun name: the name is the value of its pods' run label, and label values
+are at most 63 characters (the CRD refuses longer names; this guards older objects)."""
 
 JSON = dict[str, Any]
 
@@ -89,6 +92,11 @@ def state_id_for(namespace: str, name: str, uid: str) -> str:
     that had the same name.
     """
     return f"{namespace}.{name}.{uid[:8]}"
+
+
+def labels_pods(run_name: str) -> bool:
+    """Whether ``run_name`` can be the value of its pods' run label (so they can exist)."""
+    return len(run_name) <= MAX_NAME_LENGTH
 
 
 def pod_name_for(run_name: str, attempt: int) -> str:
@@ -143,6 +151,8 @@ class RunStatus:
     pending_approvals: tuple[PendingApproval, ...] = ()
     aborted_calls: tuple[str, ...] = ()
     started_at: str | None = None
+    saved_state_unread: bool = False
+    """The run ended while the store could not be read: its facts await the saved State."""
     raw: Mapping[str, Any] = field(default_factory=dict)
     """The whole status as read, to compare new values against."""
 
@@ -165,6 +175,7 @@ class RunStatus:
             pending_approvals=PendingApproval.parse_all(raw.get("pendingApprovals")),
             aborted_calls=tuple(str(a) for a in aborted) if isinstance(aborted, list) else (),
             started_at=raw.get("startedAt") or None,
+            saved_state_unread=bool(raw.get("savedStateUnread")),
             raw=raw,
         )
 
@@ -202,6 +213,18 @@ class AgentRunView:
     @property
     def state_id(self) -> str:
         return self.status.state_id or state_id_for(self.namespace, self.name, self.uid)
+
+    @property
+    def name_problem(self) -> str | None:
+        """Why this run's name cannot work (None: it can). A longer name than
+        :data:`MAX_NAME_LENGTH` cannot label its pods, so no pod of it can exist."""
+        if labels_pods(self.name):
+            return None
+        return (
+            f"metadata.name is {len(self.name)} characters, more than the "
+            f"{MAX_NAME_LENGTH} a label value may have (it labels the run's pods): create "
+            f"the AgentRun again with a shorter name"
+        )
 
     @property
     def delete_saved_state(self) -> bool:

@@ -34,7 +34,7 @@ from alpineagents import FileStore, State
 from alpineagents.testing import ModelServer
 
 REPO = Path(__file__).resolve().parent.parent.parent
-DEADLINE = 30.0  # seconds a child or a file may take; a safety net, never a measurement
+DEADLINE = 120.0  # seconds a child or a file may take; a safety net, never a measurement
 
 
 def write_manifest(folder: Path, name: str = "job", **spec: Any) -> Path:

@@ -139,6 +139,45 @@ def test_bad_values_are_refused(plane: ControlPlane) -> None:
     )
 
 
+def named(name: str, **spec: Any) -> str:
+    body = yaml.safe_load(manifest(**spec))
+    body["metadata"]["name"] = name
+    return yaml.safe_dump(body)
+
+
+def test_a_name_too_long_to_label_the_pods_is_refused_naming_the_limit(
+    plane: ControlPlane,
+) -> None:
+    # The name labels every pod of the run, and a label value holds at most 63 characters.
+    longest = "n" * 54 + uuid.uuid4().hex[:9]
+    accepted = plane.kubectl(
+        "create", "--dry-run=server", "-f", "-", input=named(longest, model="m", prompt="hi")
+    )
+    assert accepted.returncode == 0
+    refused = plane.kubectl(
+        "create",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=named(longest + "x", model="m", prompt="hi"),
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "metadata.name may be at most 63 characters" in refused.stderr
+
+
+def test_a_prompt_too_large_for_the_pods_secret_is_refused_naming_the_limit(
+    plane: ControlPlane,
+) -> None:
+    message = refusal(plane, model="m", prompt="x" * 2_000_000)
+    assert "spec.prompt may be at most 262144 characters" in message
+    assert "1 MiB" in message
+    system = refusal(plane, model="m", prompt="hi", system="s" * 262_145)
+    assert "spec.system may be at most 262144 characters" in system
+    at_limit = manifest(model="m", prompt="x" * 262_144)
+    plane.kubectl("create", "--dry-run=server", "-f", "-", input=at_limit)
+
+
 def test_kubectl_explain_teaches_the_spec(plane: ControlPlane) -> None:
     spec = plane.kubectl("explain", "agentrun.spec").stdout
     assert "Give the model and exactly one of prompt or messages" in spec

@@ -3,6 +3,7 @@ its configuration and its metrics."""
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +14,7 @@ from alpineagents import FileStore, Message, Record, State
 from alpineagents.state import UNKNOWN_RESULT
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.metrics import OperatorMetrics
-from alpineagents_operator.pods import pod_manifest
+from alpineagents_operator.pods import pod_manifest, spec_secret
 from alpineagents_operator.saved_state import read_saved, saved_view
 from alpineagents_operator.views import AgentRunView
 
@@ -101,11 +102,18 @@ def test_the_pod_is_locked_down() -> None:
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    assert set(mounts) == {"/tmp", "/work", "/var/run/secrets/alpineagents/store"}
+    assert set(mounts) == {
+        "/tmp",
+        "/work",
+        "/etc/alpineagents",
+        "/var/run/secrets/alpineagents/store",
+    }
+    assert mounts["/etc/alpineagents"]["readOnly"] is True
     assert mounts["/var/run/secrets/alpineagents/store"]["readOnly"] is True
     assert container["workingDir"] == "/work"
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert "emptyDir" in volumes["tmp"] and "emptyDir" in volumes["work"]
+    assert volumes["spec"]["secret"] == {"secretName": "triage-1-spec", "defaultMode": 0o440}
     assert volumes["store-credentials"]["secret"] == {
         "secretName": "triage-store-credentials",
         "defaultMode": 0o440,
@@ -117,10 +125,14 @@ def test_the_pod_is_locked_down() -> None:
 
 def test_the_pod_gets_the_runner_contract_and_secrets_by_reference() -> None:
     run = agentrun(tools=["shell"], approvals=[{"callId": "c1", "allow": True}])
-    env = env_of(pod_manifest(run, 1, CONFIG))
-    assert json.loads(str(env["ALPINEAGENTS_SPEC"]))["approvals"] == [
-        {"callId": "c1", "allow": True}
-    ]
+    pod = pod_manifest(run, 1, CONFIG)
+    env = env_of(pod)
+    assert "ALPINEAGENTS_SPEC" not in env  # exec refuses one variable over 128 KiB
+    assert env["ALPINEAGENTS_SPEC_FILE"] == "/etc/alpineagents/spec.json"
+    [mount] = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "spec"]
+    assert mount == {"name": "spec", "mountPath": "/etc/alpineagents", "readOnly": True}
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "spec"]
+    assert volume["secret"] == {"secretName": "triage-1-spec", "defaultMode": 0o440}
     assert env["ALPINEAGENTS_STORE"] == CONFIG.store
     assert env["ALPINEAGENTS_STATE_ID"] == "agents.triage.6f1d2c3b"
     assert env["TERMINATION_MESSAGE_PATH"] == "/dev/termination-log"
@@ -138,6 +150,7 @@ def test_the_pod_gets_the_runner_contract_and_secrets_by_reference() -> None:
     assert secrets_named(pod_manifest(run, 1, CONFIG)) == {
         "anthropic",
         "triage-store-credentials",
+        "triage-1-spec",
     }
 
 
@@ -149,14 +162,14 @@ def test_with_shared_credentials_the_pod_gets_the_store_secret() -> None:
         "secretKeyRef": {"name": "store-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
     }
     assert "AWS_SECRET_ACCESS_KEY_FILE" not in env
-    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "work"]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "work", "spec"]
 
 
 def test_a_file_store_needs_no_credentials_at_all() -> None:
     pod = pod_manifest(agentrun(store="file:///data/runs"), 1, CONFIG)
     env = env_of(pod)
     assert not [name for name in env if name.startswith("AWS_")]
-    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "work"]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "work", "spec"]
 
 
 def test_an_agentrun_may_not_ask_for_the_store_secret() -> None:
@@ -168,13 +181,37 @@ def test_an_agentrun_may_not_ask_for_the_store_secret() -> None:
         ]
     )
     by_env_from = agentrun(envFrom=[{"secretRef": {"name": "store-credentials"}}])
-    for run in (by_env, by_env_from):
+    by_mcp_header = agentrun(
+        mcpServers=[
+            {
+                "name": "leaky",
+                "url": "http://mcp.example/mcp",
+                "headers": [
+                    {"name": "X-Key", "secretKeyRef": {"name": "store-credentials", "key": "x"}}
+                ],
+            }
+        ]
+    )
+    for run in (by_env, by_env_from, by_mcp_header):
         problem = forbidden_secret_refs(run, CONFIG)
         assert problem is not None and "'store-credentials'" in problem
     assert forbidden_secret_refs(by_env, replace(CONFIG, run_credentials="shared")) is None
     assert (
         forbidden_secret_refs(agentrun(envFrom=[{"secretRef": {"name": "mine"}}]), CONFIG) is None
     )
+
+
+def test_the_spec_travels_in_an_immutable_secret_owned_by_the_agentrun() -> None:
+    run = agentrun(prompt="é" * 10, approvals=[{"callId": "c1", "allow": True}])
+    secret = spec_secret(run, 2)
+    assert secret["metadata"]["name"] == "triage-2-spec"
+    assert secret["metadata"]["labels"]["alpineagents.dev/run"] == "triage"
+    assert secret["metadata"]["labels"]["alpineagents.dev/attempt"] == "2"
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [UID]
+    assert secret["metadata"]["annotations"] == {"alpineagents.dev/state-id": run.state_id}
+    text = base64.b64decode(secret["data"]["spec.json"]).decode("utf-8")
+    assert json.loads(text) == dict(run.spec)
+    assert "é" * 10 in text  # not \u-escaped: six bytes a character would not fit
 
 
 def test_the_agentrun_shapes_its_pod() -> None:

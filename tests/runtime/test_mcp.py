@@ -18,7 +18,7 @@ from alpineagents import Agent, FileStore, Message, Permissions, State
 from alpineagents.mcp import MCPServer, MCPServerUnavailable
 from alpineagents.state import UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, reply, tool_use
-from tests.bench.mcp_server import REPO, MCPTestServer, stdio_server_command
+from tests.bench.mcp_server import REPO, MCPTestServer, header_digest, stdio_server_command
 
 MODEL = "claude-sonnet-5"
 ALL_TOOLS = ["add", "delete_everything", "divide", "slow", "whoami"]
@@ -301,7 +301,7 @@ def test_the_headers_reach_the_server_and_stay_out_of_repr(
     model_server.add(reply(tool_use("whoami")), reply("Checked."))
     state = State("headers", [Message.user("Who am I?")])
     agent_for(tmp_path, calc).run(state)
-    assert results(state) == [("whoami", "ok", "Bearer s3cret")]
+    assert results(state) == [("whoami", "ok", header_digest("Bearer s3cret"))]
     assert "s3cret" not in repr(calc)
 
 

@@ -251,13 +251,12 @@ seccompProfile:
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
-{{- if eq .Values.store.runCredentials "sts" }}
-# Each run's own short-lived store credentials, in a Secret the run owns: written, never
-# read (no get/list/watch: the operator cannot read any Secret).
+# Each pod's spec and (runCredentials=sts) each run's short-lived store credentials, in
+# Secrets the run owns: written, never read (no get/list/watch: the operator cannot read
+# any Secret), never deleted (they go with their AgentRun).
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["create", "patch"]
-{{- end }}
 {{- end -}}
 
 {{/*

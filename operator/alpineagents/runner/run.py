@@ -33,7 +33,7 @@ from ..pod_contract import (
 )
 from ..state import State, error_text
 from ..store.base import Store
-from ..store.url import open_store
+from ..store.url import open_store, redact
 from ..toolsets import ToolsetUnavailable
 from .build import build_agent
 from .progress import LoggedStore, ProgressLog
@@ -65,10 +65,11 @@ def open_run_store(url: str | None, environ: Mapping[str, str] | None = None) ->
     try:
         return open_store(location, env=dict(env))
     except (ValueError, TypeError, LookupError) as error:
-        raise SpecError("store", f"{location}: {error}") from None
+        # The URL itself may hold a secret by mistake: it is never shown as given.
+        raise SpecError("store", f"{redact(location)}: {error}") from None
     except Exception as error:
         raise StoreUnavailableError(
-            f"cannot reach the store {location}: {error_text(error)}"
+            f"cannot reach the store {redact(location)}: {error_text(error)}"
         ) from None
 
 
@@ -142,8 +143,8 @@ def run_agent_run(
 ) -> RunResult:
     """Run or resume one AgentRun, and report how it ended.
 
-    The spec comes from ``manifest`` (an AgentRun YAML file) or else from
-    ``ALPINEAGENTS_SPEC``; the store from ``store_url``, ``ALPINEAGENTS_STORE`` or
+    The spec comes from ``manifest`` (an AgentRun YAML file) or else from the file
+    ``ALPINEAGENTS_SPEC_FILE`` names or ``ALPINEAGENTS_SPEC``; the store from ``store_url``, ``ALPINEAGENTS_STORE`` or
     ``./.agent-runs``; the id from ``state_id``, ``ALPINEAGENTS_STATE_ID`` or the
     manifest's ``metadata.name``. The termination message is written to
     ``$TERMINATION_MESSAGE_PATH`` (or ``/dev/termination-log`` when it is writable).

@@ -282,7 +282,9 @@ def _lines(raw: bytes) -> builtins.list[bytes]:
 def _derive(info: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
     """The info after an entry, as far as the entry tells."""
     derived = dict(info)
-    if "updated_at" in info:
+    # A wrapper may hand us entries whose time is not readable (EncryptedStore seals it):
+    # then the info line carries updated_at.
+    if "updated_at" in info and "time" in last:
         derived["updated_at"] = last["time"]
     if "entries" in info:
         derived["entries"] = int(last["seq"]) + 1
