@@ -236,8 +236,10 @@ def _delete_runs(env: Environment) -> None:
 SLOW_STEP = 'use shell {"command": "sleep 60; echo finished"}'
 
 
-def apply_run(env: Environment, name: str, prompt: str, **spec: Any) -> None:
-    """``kubectl apply`` an AgentRun with the shell tool and JSON progress logs."""
+def apply_run(where: Environment, name: str, prompt: str, **spec: Any) -> None:
+    """``kubectl apply`` an AgentRun with the shell tool and JSON progress logs (``spec``
+    adds fields; its ``env`` adds variables)."""
+    env = [{"name": "ALPINEAGENTS_LOG_FORMAT", "value": "json"}, *spec.pop("env", [])]
     body = {
         "apiVersion": "alpineagents.dev/v1",
         "kind": "AgentRun",
@@ -248,11 +250,11 @@ def apply_run(env: Environment, name: str, prompt: str, **spec: Any) -> None:
             "tools": ["shell"],
             "maxTurns": 5,
             "restartPolicy": {"initialBackoffSeconds": 0},
-            "env": [{"name": "ALPINEAGENTS_LOG_FORMAT", "value": "json"}],
+            "env": env,
             **spec,
         },
     }
-    env.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
+    where.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
 
 
 def status(run: JSON | None) -> JSON:
