@@ -2,7 +2,8 @@
 
 ``run [FILE.yaml]`` runs or resumes an AgentRun (in a pod: the spec comes from the file
 ``ALPINEAGENTS_SPEC_FILE`` names); ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
-what a store holds. Each command is a few lines over :mod:`alpineagents.runner`.
+what a store holds; ``ui`` shows it in a browser. Each command is a few lines over
+:mod:`alpineagents.runner`.
 """
 
 from __future__ import annotations
@@ -127,6 +128,16 @@ def delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def ui(args: argparse.Namespace) -> int:
+    """``ui``: the run viewer in a browser (see :mod:`alpineagents.viewer`)."""
+    from .viewer import command
+
+    try:
+        return command.serve(args, _store(args))
+    except command.UsageError as error:
+        raise CommandError(str(error), ExitCode.NOT_RETRYABLE) from None
+
+
 # ---------------------------------------------------------------------------- internals
 
 
@@ -185,6 +196,12 @@ def _parser() -> argparse.ArgumentParser:
     command = commands.add_parser("delete", parents=[common], help="delete a saved State")
     command.add_argument("id", metavar="ID")
     command.set_defaults(command=delete)
+
+    from .viewer.command import add_arguments
+
+    command = commands.add_parser("ui", parents=[common], help="see runs in a browser")
+    add_arguments(command)
+    command.set_defaults(command=ui)
     return parser
 
 

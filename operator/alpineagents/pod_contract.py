@@ -2,7 +2,8 @@
 
 Both sides import it, so each fact is written once:
 
-- the AgentRun API the two speak about (:data:`GROUP`, :data:`VERSION`, :data:`KIND`);
+- the AgentRun API the two speak about (:data:`GROUP`, :data:`VERSION`, :data:`KIND`,
+  :data:`PLURAL`) and the id of the State an AgentRun runs (:func:`state_id_for`);
 - the environment the operator gives the pod (``ENV_*``);
 - how the runner's process ends (:class:`ExitCode`), which tells the operator what to do;
 - the termination message: one JSON object of at most :data:`TERMINATION_MESSAGE_LIMIT`
@@ -27,6 +28,17 @@ GROUP = "alpineagents.dev"
 VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "AgentRun"
+PLURAL = "agentruns"
+
+
+def state_id_for(namespace: str, name: str, uid: str) -> str:
+    """The saved State's id for one AgentRun (the pod gets it as :data:`ENV_STATE_ID`).
+
+    The uid part keeps a new AgentRun from resuming the State of an earlier, deleted one
+    that had the same name.
+    """
+    return f"{namespace}.{name}.{uid[:8]}"
+
 
 ENV_SPEC_FILE = "ALPINEAGENTS_SPEC_FILE"
 """Path of a file holding the AgentRun's ``.spec`` as JSON (the operator mounts it

@@ -13,7 +13,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from alpineagents.pod_contract import GROUP, KIND, VERSION, PendingApproval, TerminationMessage
+from alpineagents.pod_contract import (
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    PendingApproval,
+    TerminationMessage,
+    state_id_for,
+)
 
 __all__ = [
     "ATTEMPT_LABEL",
@@ -41,7 +49,6 @@ __all__ = [
     "state_id_for",
 ]
 
-PLURAL = "agentruns"
 CONTAINER_NAME = "agent"
 """The agent pod's one container (the operator names it, and reads its state)."""
 RUN_LABEL = f"{GROUP}/run"
@@ -83,15 +90,6 @@ def parse_time(value: Any) -> datetime | None:
 def format_time(moment: datetime) -> str:
     """RFC 3339 in UTC with milliseconds (sub-second backoffs need them)."""
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def state_id_for(namespace: str, name: str, uid: str) -> str:
-    """The saved State's id for one AgentRun.
-
-    The uid part keeps a new AgentRun from resuming the State of an earlier, deleted one
-    that had the same name.
-    """
-    return f"{namespace}.{name}.{uid[:8]}"
 
 
 def labels_pods(run_name: str) -> bool:

@@ -182,23 +182,49 @@ def test_a_runs_credentials_are_refused_everywhere_else(minio: S3Server, minio_b
     assert admin.load(OTHER_RUN).messages[0].text == "the other team's secrets"
 
 
-@pytest.mark.slow
-def test_a_runs_credentials_are_refused_after_they_expire(
-    minio: S3Server, minio_bucket: str
+@pytest.fixture(scope="session")
+def expiring(minio: S3Server) -> tuple[str, RunCredentials]:
+    """Credentials of the shortest life STS grants (15 minutes), minted once a session.
+
+    The test that mints them runs first and the one that waits for their end runs last
+    (the ``clock`` marker, see conftest.py), so the wait overlaps the rest of the suite.
+    """
+    bucket = "expiry-" + uuid.uuid4().hex[:12]
+    admin = Minio(
+        minio.endpoint, access_key=minio.access_key, secret_key=minio.secret_key, secure=False
+    )
+    admin.make_bucket(bucket)
+    return bucket, mint_run_credentials(access_for(minio, bucket), RUN, timedelta(minutes=15))
+
+
+@pytest.mark.clock("start")
+def test_short_lived_credentials_work_until_they_expire(
+    minio: S3Server, expiring: tuple[str, RunCredentials]
 ) -> None:
-    # 15 minutes is the shortest session STS grants, so this waits that long.
-    credentials = mint_run_credentials(access_for(minio, minio_bucket), RUN, timedelta(minutes=15))
-    store = store_with(minio, minio_bucket, credentials)
+    bucket, credentials = expiring
+    assert credentials.expires_at > datetime.now(UTC) + timedelta(minutes=10)
+    store = store_with(minio, bucket, credentials)
     save_a_state(store, RUN, "before expiry")
+    assert store.load(RUN).messages[0].text == "before expiry"
+
+
+@pytest.mark.clock("end")
+def test_a_runs_credentials_are_refused_after_they_expire(
+    minio: S3Server, expiring: tuple[str, RunCredentials]
+) -> None:
+    bucket, credentials = expiring
+    store = store_with(minio, bucket, credentials)
+    if store.read(RUN) is None:  # run on its own: the first test did not save it
+        save_a_state(store, RUN, "before expiry")
     client = client_with(minio, credentials)
     key = f"runs/{RUN.replace('.', '%2E')}/info.json"
-    client.stat_object(minio_bucket, key)
+    client.stat_object(bucket, key)
     wait = (credentials.expires_at - datetime.now(UTC)).total_seconds()
     time.sleep(max(0.0, wait))  # the server's clock decides; the poll below waits for it
     deadline = time.monotonic() + 120
     while True:
         try:
-            client.stat_object(minio_bucket, key)
+            client.stat_object(bucket, key)
         except S3Error as error:
             assert int(error.response.status) in (400, 403)
             assert error.code in ("ExpiredToken", "InvalidAccessKeyId", "AccessDenied")
@@ -206,7 +232,7 @@ def test_a_runs_credentials_are_refused_after_they_expire(
         assert time.monotonic() < deadline, "credentials still accepted 2 minutes after expiry"
         time.sleep(1)
     with pytest.raises(S3Error):
-        store_with(minio, minio_bucket, credentials).load(RUN)
+        store_with(minio, bucket, credentials).load(RUN)
 
 
 # ------------------------------------------------------------------ renewal reaches the pod

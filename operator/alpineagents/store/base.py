@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..errors import StateExistsError, StateNotFoundError
-from ..state import Record, State
+from ..state import Record, State, check_id
 
 __all__ = ["Record", "StateInfo", "Store", "check_owner", "encode_id"]
 
 T = TypeVar("T")
+_MAX_NAME = 255  # bytes of a file name on the usual filesystems
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,16 @@ class Store:
         """Delete one State (not its subagents). Deleting an unknown id does nothing."""
         self._sync_missing("delete")
 
+    def read_since(self, state_id: str, seq: int) -> Record | None:
+        """What is new of a State for a reader that has its first ``seq`` entries.
+
+        The entries from ``seq`` on (none when nothing is new) and the info, or ``None``
+        if there is no such State. This one reads the whole history and drops the rest;
+        a store that can read only a history's tail overrides it (FileStore and
+        MinioStore do), so following a long run costs what is new, not its length.
+        """
+        return _from_seq(self.read(state_id), seq)
+
     async def awrite(
         self,
         state_id: str,
@@ -108,6 +119,11 @@ class Store:
     async def adelete(self, state_id: str) -> None:
         await self._on_thread(lambda: self.delete(state_id), "delete")
 
+    async def aread_since(self, state_id: str, seq: int) -> Record | None:
+        if _overrides(self, "aread") and not _overrides(self, "read_since"):
+            return _from_seq(await self.aread(state_id), seq)  # an async-only store
+        return await self._on_thread(lambda: self.read_since(state_id, seq), "read")
+
     def same_as(self, other: Store) -> bool:
         """Whether ``other`` reaches the same saved States (FileStore: the same folder)."""
         return other is self
@@ -122,10 +138,10 @@ class Store:
         unknown id, :class:`~alpineagents.errors.StateFormatError` (a ``ValueError``) for
         a format this version cannot read.
         """
-        return self._loaded(state_id, self.read(state_id))
+        return self._loaded(state_id, self.read(check_id(state_id)))
 
     async def aload(self, state_id: str) -> State:
-        return self._loaded(state_id, await self.aread(state_id))
+        return self._loaded(state_id, await self.aread(check_id(state_id)))
 
     def save(self, state: State) -> None:
         """Write what the store does not have of ``state`` yet; nothing if nothing changed."""
@@ -207,13 +223,14 @@ def check_owner(store: Store | None, state: State) -> None:
 
 def encode_id(state_id: str) -> str:
     """A file or key name for ``state_id`` that cannot escape its folder (no ``/``,
-    ``..`` or NUL): percent-encoding, with dots encoded too."""
-    if not state_id:
-        raise ValueError("a State id must not be empty")
-    name = quote(state_id, safe="-_").replace(".", "%2E")
-    if len(name.encode()) > 255:
+    ``..`` or NUL): percent-encoding, with dots encoded too. Refuses what
+    :func:`~alpineagents.state.check_id` refuses, and a name over 255 bytes (a file
+    name's limit)."""
+    name = quote(check_id(state_id), safe="-_").replace(".", "%2E")
+    if len(name.encode()) > _MAX_NAME:
         raise ValueError(
-            f"State id {state_id[:40]!r}... is too long for a FileStore (255 bytes encoded)"
+            f"State id {state_id[:40]!r}... is too long for a store: its encoded name takes "
+            f"{len(name.encode())} bytes, and file and key names take at most {_MAX_NAME}"
         )
     return name
 
@@ -246,6 +263,12 @@ def _cursor_of(state: State) -> _SaveCursor | None:
     if cursor is not None and not isinstance(cursor, _SaveCursor):
         raise TypeError(f"State {state.id!r} has a save cursor of {type(cursor).__name__}")
     return cursor
+
+
+def _from_seq(record: Record | None, seq: int) -> Record | None:
+    if record is None:
+        return None
+    return Record([e for e in record.entries if int(e["seq"]) >= seq], record.info)
 
 
 def _overrides(store: Store, method: str) -> bool:

@@ -45,6 +45,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from .. import collection
+from ..errors import StateFormatError
 from . import jsonl
 from .base import Record, StateInfo, Store, encode_id, exists_error, not_found_error
 
@@ -113,16 +114,51 @@ class FileStore(Store):
         path = self._path(state_id)
         try:
             raw = (path / _HISTORY).read_bytes()
-            base = json.loads((path / _INFO).read_bytes())
+            raw_info = (path / _INFO).read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             return None
-        end = raw.rfind(b"\n") + 1  # the rest is a torn write
-        mark = max(0, _last_mark(raw, 0, end))
-        lines = [line for line in raw[:end].split(b"\n") if line.strip()]
-        with collection.paused():
-            parsed = json.loads(b"[" + b",".join(lines) + b"]") if lines else []
-        entries = [item for item in parsed if "seq" in item]
-        after = [json.loads(line) for line in _lines(raw[mark:end])] if mark < end else []
+        damaged = f"State {state_id!r} in {self!r} is damaged"
+        try:
+            base = json.loads(raw_info)
+        except ValueError:
+            base = None
+        if not isinstance(base, dict):
+            raise StateFormatError(f"{damaged}: {path / _INFO} is not a JSON object")
+        try:
+            end = raw.rfind(b"\n") + 1  # the rest is a torn write
+            mark = max(0, _last_mark(raw, 0, end))
+            lines = [line for line in raw[:end].split(b"\n") if line.strip()]
+            with collection.paused():
+                parsed = json.loads(b"[" + b",".join(lines) + b"]") if lines else []
+            entries = [item for item in parsed if "seq" in item]
+            after = [json.loads(line) for line in _lines(raw[mark:end])] if mark < end else []
+        except (ValueError, TypeError) as error:
+            raise StateFormatError(f"{damaged}: {path / _HISTORY}: {error}") from None
+        return Record(entries, _apply(base, after))
+
+    def read_since(self, state_id: str, seq: int) -> Record | None:
+        if seq <= 0:
+            return self.read(state_id)
+        path = self._path(state_id)
+        try:
+            with open(path / _HISTORY, "rb") as file:
+                tail = _tail_from(file.fileno(), seq)
+            base = json.loads((path / _INFO).read_bytes())  # after the history, as read() does
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        lines = _lines(tail)
+        mark = max((i + 1 for i, line in enumerate(lines) if line == _MARK), default=0)
+        entries, after = [], []
+        for index, line in enumerate(lines):
+            is_entry = line.startswith(b'{"seq":')
+            if index < mark:  # info.json holds what these lines say of the info
+                if is_entry and jsonl.seq_of(line) >= seq:
+                    entries.append(json.loads(line))
+                continue
+            parsed = json.loads(line)
+            after.append(parsed)
+            if is_entry and int(parsed["seq"]) >= seq:
+                entries.append(parsed)
         return Record(entries, _apply(base, after))
 
     def list(self) -> builtins.list[StateInfo]:
@@ -133,9 +169,9 @@ class FileStore(Store):
                     continue
                 try:
                     info = self._info_of(child)
-                except (FileNotFoundError, NotADirectoryError, ValueError):
-                    continue
-                infos.append(StateInfo.from_info(unquote(child.name), info))
+                    infos.append(StateInfo.from_info(unquote(child.name), info))
+                except (OSError, ValueError, TypeError, AttributeError):
+                    continue  # not a State, or a damaged one: it does not hide the others
         oldest = datetime.min.replace(tzinfo=UTC)
         return sorted(infos, key=lambda i: i.updated_at or oldest, reverse=True)
 
@@ -220,6 +256,41 @@ class FileStore(Store):
     def _lock_of(self, state_id: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(state_id, threading.Lock())
+
+
+def _tail_from(fd: int, seq: int) -> bytes:
+    """The complete lines at a history's end that hold its entries from ``seq`` on and its
+    last mark (or the whole history, when it has neither before them).
+
+    Read backwards in doubling chunks: entries are appended in seq order, so once a
+    window's first entry line is at or before ``seq`` and the window has a mark, it holds
+    all a reader needs. Following a run costs the lines since the last mark (some
+    64 KiB at most) and what is new, whatever the history's length.
+    """
+    size = os.fstat(fd).st_size
+    data, start = b"", size
+    while True:
+        if start > 0:
+            step = min(max(_CHUNK, len(data)), start)
+            start -= step
+            data = os.pread(fd, step, start) + data
+        end = data.rfind(b"\n") + 1  # the rest is a torn write
+        if start == 0:
+            return data[:end]
+        first = data.find(b"\n") + 1  # a partial first line is not looked at
+        if first == 0:
+            continue
+        oldest = _first_seq(data[first:end])
+        if 0 <= oldest <= seq and _last_mark(data, first, end) >= 0:
+            return data[first:end]
+
+
+def _first_seq(raw: bytes) -> int:
+    """The seq of the first entry line of ``raw``, or -1."""
+    for line in _lines(raw):
+        if line.startswith(b'{"seq":'):
+            return jsonl.seq_of(line)
+    return -1
 
 
 def _scan(path: Path, fd: int, inode: int, size: int) -> _Tail:

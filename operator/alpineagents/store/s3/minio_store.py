@@ -141,6 +141,7 @@ from ... import collection
 from ...errors import (
     MissingBucketError,
     StateFencedError,
+    StateFormatError,
     StateNotFoundError,
     StoreUnavailableError,
 )
@@ -382,16 +383,58 @@ class MinioStore(Store):
             committed = int(doc["committed"])
             listed = self._list_segments(folder, str(doc["incarnation"]), deadline)
             live = live_segments(listed, committed, int(doc["epoch"]))
+            damaged = f"State {state_id!r} in {self!r} is damaged"
             try:
                 self._fetch(live, fetched, deadline)
             except _Vanished:
                 continue  # a merge replaced a segment between our listing and our GET
+            except ValueError as error:
+                raise StateFormatError(f"{damaged}: {error}") from None
             entries = pick_entries(((s, fetched[s.key]) for s in live), committed)
-            if len(entries) == committed or attempt == _READ_ATTEMPTS - 1:
+            if len(entries) == committed:
                 self._remember_read(state_id, doc, etag)
                 with collection.paused():
-                    parsed = [json.loads(line) for _, line in entries]
+                    parsed = _entries(entries, damaged)
                 return Record(parsed, dict(doc["info"]))
+            if attempt == _READ_ATTEMPTS - 1:  # listed afresh each time: not a merge race
+                missing = sorted(set(range(committed)) - {seq for seq, _ in entries})
+                raise StateFormatError(
+                    f"{damaged}: {committed} entries are committed, but its segments lack "
+                    f"{len(missing)} of them (seqs {missing[:5]}...)"
+                )
+        raise StoreUnavailableError(
+            f"State {state_id!r} in {self!r} kept changing while it was read; try again"
+        )
+
+    def read_since(self, state_id: str, seq: int) -> Record | None:
+        # One GET of info.json when nothing is new; else one LIST and the GETs of the
+        # segments that hold entries from ``seq`` on (after a merge, a bigger one).
+        # Unlike read, it does not count as a read a later claim is conditional on.
+        deadline = self._deadline()
+        folder = self._folder(state_id)
+        self._ensure_bucket(deadline)
+        fetched: dict[str, Lines] = {}
+        for attempt in range(_READ_ATTEMPTS):
+            got = self._get_info(folder, deadline)
+            if got is None:
+                return None
+            doc = got[0]
+            committed = int(doc["committed"])
+            if committed <= seq:
+                return Record([], dict(doc["info"]))
+            listed = self._list_segments(folder, str(doc["incarnation"]), deadline)
+            live = [s for s in live_segments(listed, committed, int(doc["epoch"])) if s.last >= seq]
+            try:
+                self._fetch(live, fetched, deadline)
+            except _Vanished:
+                continue
+            entries = [
+                (n, line)
+                for n, line in pick_entries(((s, fetched[s.key]) for s in live), committed)
+                if n >= seq
+            ]
+            if len(entries) == committed - seq or attempt == _READ_ATTEMPTS - 1:
+                return Record([json.loads(line) for _, line in entries], dict(doc["info"]))
         raise StoreUnavailableError(
             f"State {state_id!r} in {self!r} kept changing while it was read; try again"
         )
@@ -939,6 +982,16 @@ class MinioStore(Store):
 
     def _folder(self, state_id: str) -> str:
         return f"{self.prefix}{encode_id(state_id)}/"
+
+
+def _entries(lines: Lines, damaged: str) -> builtins.list[dict[str, Any]]:
+    entries = []
+    for seq, line in lines:
+        try:
+            entries.append(json.loads(line))
+        except ValueError as error:
+            raise StateFormatError(f"{damaged}: entry {seq} is not JSON ({error})") from None
+    return entries
 
 
 class _Vanished(Exception):
