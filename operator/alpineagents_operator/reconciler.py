@@ -75,7 +75,7 @@ class Reconciler:
         """The last error each run's resync step logged (so it is logged once)."""
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
-        self.credentials = RunCredentialIssuer(config, cluster, clock=clock)
+        self.credentials = RunCredentialIssuer(config, cluster, clock=clock, open_store=self._store)
         """Gives each pod its own short-lived store credentials (see its module)."""
         self.last_step_at = 0.0
         """Monotonic time of the last finished step (the liveness probe reports it)."""

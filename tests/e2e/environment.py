@@ -101,6 +101,21 @@ class Environment:
         """The operator's log so far."""
         raise NotImplementedError
 
+    def operator_calls(self) -> list[JSON] | None:
+        """The API requests of the operator's ServiceAccount so far, as the API server's
+        audit events (metadata only), or None where that log cannot be read (a cluster of
+        your own; the bench's API server keeps one)."""
+        if self.real_node is None:
+            return None
+        deployment = json.loads(
+            self.kubectl("get", "deployment", self.operator, "-o", "json").stdout
+        )
+        account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        events: list[JSON] = self.real_node.plane.audit_events(
+            f"system:serviceaccount:{self.namespace}:{account}"
+        )
+        return events
+
     def diagnostics(self) -> str:
         """What to show when a test fails: the end of the operator's log."""
         tail = "\n".join(self.operator_log().splitlines()[-80:])

@@ -473,3 +473,34 @@ def as_credentials(data: dict[str, str]) -> RunCredentials:
         data["AWS_SESSION_TOKEN"],
         datetime.now(UTC) + HOUR,
     )
+
+
+async def test_the_issuer_creates_the_bucket_the_pods_credentials_cannot(
+    minio: S3Server, cluster_namespace: tuple[Any, str]
+) -> None:
+    cluster, namespace = cluster_namespace
+    bucket = f"new-{uuid.uuid4().hex[:12]}"  # a fresh install: nothing made the bucket yet
+    url = f"s3://{bucket}/runs?endpoint={minio.endpoint}&secure=false"
+    env = {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key}
+    issuer = RunCredentialIssuer(
+        OperatorConfig(store=url), cluster, env=env, open_store=lambda u: open_store(u, env)
+    )
+    body = agentrun_body(namespace, url)
+    run = AgentRunView.from_body(body)
+    try:
+        assert await issuer.before_pod(run, body) is None
+        pod_keys = as_credentials(secret_of(cluster_namespace)[0])
+        with pytest.raises(S3Error, match="AccessDenied"):
+            client_with(minio, pod_keys).make_bucket("another-one")  # the pod could not
+        store = MinioStore.connect(
+            minio.endpoint,
+            bucket,
+            "runs",
+            access_key=pod_keys.access_key,
+            secret_key=pod_keys.secret_key,
+            session_token=pod_keys.session_token,
+            secure=False,
+        )
+        assert save_a_state(store, run.state_id, "first run of a fresh install").saved_entries
+    finally:
+        minio.remove_bucket(bucket)

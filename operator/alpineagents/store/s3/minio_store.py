@@ -487,6 +487,15 @@ class MinioStore(Store):
                 keys = [k for k in keys if not k.startswith(keep) and k != folder + _INFO]
             self._remove(keys, deadline)
 
+    def ensure_bucket(self) -> None:
+        """Create the bucket if it is missing (and ``create_bucket`` allows it).
+
+        Every operation does this on its own first use; call it where the credentials may
+        (an operator with the store's key) before handing the store to those that may not
+        (run pods with per-run credentials cannot create or even look at the bucket).
+        """
+        self._ensure_bucket(self._deadline())
+
     # ------------------------------------------------------------ fencing
     def claim(self, state_id: str) -> int:
         """Take the State over as its only writer and return the new epoch.
