@@ -77,6 +77,16 @@ CASES: dict[str, Callable[[list[str]], Values]] = {
         "store": {"runCredentials": "shared"},
         "networkPolicy": {"enabled": False},
     },
+    "viewer-read-only": lambda ns: {
+        "watchNamespaces": [ns[1], ns[2]],
+        "anthropic": {"apiKey": "sk-ant-example"},
+        "viewer": {"enabled": True},
+    },
+    "viewer-answers-cluster-wide": lambda ns: {
+        "clusterWide": True,
+        "anthropic": {"apiKey": "sk-ant-example"},
+        "viewer": {"enabled": True, "allowApprovals": True, "service": {"port": 8080}},
+    },
     "own-service-account-no-rbac": lambda ns: {
         "serviceAccount": {"create": False, "name": "alpineagents"},
         "rbac": {"create": False},
@@ -438,6 +448,109 @@ def test_cluster_wide_service_account_reaches_every_namespace(
         assert not _can(plane, account, "delete", "namespaces", "")
     finally:
         helm.uninstall(release, release_ns, plane.kubeconfig)
+
+
+# ------------------------------------------------------------------------- the viewer
+
+
+def _viewer(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    """The viewer's Deployment and its container's command."""
+    (deployment,) = [
+        o
+        for o in objects
+        if o["kind"] == "Deployment"
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] == "viewer"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    command: list[str] = container["command"]
+    return deployment, command
+
+
+def test_the_viewer_is_off_by_default_and_read_only_unless_approvals_are_allowed(
+    helm: Helm,
+) -> None:
+    components = {o["metadata"]["labels"]["app.kubernetes.io/component"] for o in helm.template()}
+    assert "viewer" not in components
+
+    namespaces = _namespaces()
+    objects = helm.template(CASES["viewer-read-only"](namespaces), namespace=namespaces[0])
+    deployment, command = _viewer(objects)
+    assert command[:5] == ["python", "-m", "alpineagents", "ui", "--in-cluster"]
+    assert "--allow-approvals" not in command
+    # The AgentRuns of the watched namespaces, read with a ServiceAccount of its own...
+    assert [a for a in command if a.startswith("--namespace=")] == [
+        f"--namespace={ns}" for ns in namespaces[1:]
+    ]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "test-alpineagents-viewer"
+    viewer_roles = [
+        o
+        for o in _kinds(objects)["Role"]
+        if o["metadata"]["labels"]["app.kubernetes.io/component"] == "viewer"
+    ]
+    assert {r["metadata"]["namespace"] for r in viewer_roles} == set(namespaces[1:])
+    assert _rules(viewer_roles, "Role") == {
+        ("alpineagents.dev", "agentruns", "get"),
+        ("alpineagents.dev", "agentruns", "list"),
+    }
+    # ... and the store with the operator's store settings and credentials.
+    (container,) = pod["containers"]
+    env = {e["name"]: e["valueFrom"] for e in container["env"]}
+    assert env["ALPINEAGENTS_STORE"] == {
+        "configMapKeyRef": {"name": "test-alpineagents-operator", "key": "ALPINEAGENTS_STORE"}
+    }
+    assert env["AWS_SECRET_ACCESS_KEY"]["secretKeyRef"]["name"] == "test-alpineagents-store"
+    (service,) = [
+        o
+        for o in _kinds(objects)["Service"]
+        if o["metadata"]["labels"]["app.kubernetes.io/component"] == "viewer"
+    ]
+    assert service["spec"]["type"] == "ClusterIP"
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(80, "http")]
+
+    answering = helm.template(CASES["viewer-answers-cluster-wide"](namespaces))
+    _, command = _viewer(answering)
+    assert "--allow-approvals" in command
+    assert not [a for a in command if a.startswith("--namespace")]  # every namespace
+    viewer_roles = [
+        o
+        for o in _kinds(answering)["ClusterRole"]
+        if o["metadata"]["labels"]["app.kubernetes.io/component"] == "viewer"
+    ]
+    assert _rules(viewer_roles, "ClusterRole") == {
+        ("alpineagents.dev", "agentruns", verb) for verb in ("get", "list", "patch")
+    }
+
+
+def test_the_installed_viewer_may_read_agentruns_and_answer_only_when_allowed(
+    helm: Helm, plane: ControlPlane, namespaces: list[str]
+) -> None:
+    release_ns, runs_a, runs_b = namespaces
+    for allow in (False, True):
+        release = _unique("viewer")
+        values = {
+            "watchNamespaces": [runs_a, runs_b],
+            "viewer": {"enabled": True, "allowApprovals": allow},
+        }
+        helm.install(release, release_ns, plane.kubeconfig, values)
+        try:
+            account = f"system:serviceaccount:{release_ns}:{release}-alpineagents-viewer"
+            for ns in (runs_a, runs_b):
+                assert _can(plane, account, "list", "agentruns.alpineagents.dev", ns)
+                assert _can(plane, account, "get", "agentruns.alpineagents.dev", ns)
+                assert _can(plane, account, "patch", "agentruns.alpineagents.dev", ns) is allow
+                for verb, resource in [
+                    ("patch", "agentruns.alpineagents.dev:status"),
+                    ("delete", "agentruns.alpineagents.dev"),
+                    ("create", "agentruns.alpineagents.dev"),
+                    ("get", "secrets"),
+                    ("list", "pods"),
+                    ("create", "pods"),
+                ]:
+                    assert not _can(plane, account, verb, resource, ns), (verb, resource, ns)
+            assert not _can(plane, account, "list", "agentruns.alpineagents.dev", "default")
+        finally:
+            helm.uninstall(release, release_ns, plane.kubeconfig)
 
 
 # ------------------------------------------------------------------------- refusals

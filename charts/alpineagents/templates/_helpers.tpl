@@ -282,6 +282,13 @@ seccompProfile:
   verbs: ["create", "patch"]
 {{- end -}}
 
+{{/* The viewer's permissions (see viewer.yaml): read AgentRuns; patch them to answer. */}}
+{{- define "alpineagents.viewer.rules" -}}
+- apiGroups: ["alpineagents.dev"]
+  resources: ["agentruns"]
+  verbs: {{ if .Values.viewer.allowApprovals }}["get", "list", "patch"]{{ else }}["get", "list"]{{ end }}
+{{- end -}}
+
 {{/*
 Rules across several values, checked once (from configmap.yaml, which always renders).
 Types, ranges and formats of single values are in values.schema.json.

@@ -1,7 +1,8 @@
 """The viewer's view of a cluster: AgentRuns read, and approvals written, as their user.
 
 It uses the user's own kubeconfig (``--context`` picks a context), like ``kubectl``: no
-login and no secret of its own, and only what that user may do. An approval is written
+login and no secret of its own, and only what that user may do. In a pod (the chart's
+viewer) it is the pod's ServiceAccount instead, with what the chart's Role grants. An approval is written
 as ``kubectl patch agentrun NAME --type merge -p '{"spec": {"approvals": [...]}}'``
 would, with the resourceVersion it read, so an answer given meanwhile is never lost.
 """
@@ -12,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from alpineagents.pod_contract import GROUP, PLURAL, VERSION, PendingApproval, state_id_for
@@ -19,6 +21,7 @@ from alpineagents.pod_contract import GROUP, PLURAL, VERSION, PendingApproval, s
 JSON = dict[str, Any]
 _TIMEOUT = (5, 20)  # (connect, read) seconds for one API call
 _MERGE_PATCH = "application/merge-patch+json"
+_POD_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 class ClusterError(Exception):
@@ -126,20 +129,21 @@ def approvals_patch(run: ClusterRun, answers: Sequence[Answer]) -> JSON:
 class Cluster:
     """AgentRuns in the namespaces the kubeconfig's user may list."""
 
-    def __init__(self, api_client: Any, namespace: str | None = None) -> None:
+    def __init__(self, api_client: Any, namespaces: Sequence[str] = ()) -> None:
         from kubernetes import client
 
         self._api_client = api_client
         self._custom: Any = client.CustomObjectsApi(api_client)
-        self.namespace = namespace
-        """Only this namespace; None: every namespace the user may list, else the context's."""
+        self.namespaces = tuple(namespaces)
+        """Only these namespaces; none: every namespace the user may list, else the
+        context's."""
         self.context_namespace = "default"
         self.where = ""
         """The context and server, for the page's header."""
 
     @classmethod
     def from_kubeconfig(
-        cls, path: str | None = None, context: str | None = None, namespace: str | None = None
+        cls, path: str | None = None, context: str | None = None, namespaces: Sequence[str] = ()
     ) -> Cluster:
         """The cluster of ``context`` (default: the current one) in the kubeconfig at ``path``
         (default: ``$KUBECONFIG``, else ``~/.kube/config``)."""
@@ -152,21 +156,39 @@ class Cluster:
         except Exception as error:
             raise ClusterError(f"kubeconfig: {error}") from None
         chosen = next((c for c in contexts if c.get("name") == context), active) or {}
-        cluster = cls(api_client, namespace)
+        cluster = cls(api_client, namespaces)
         cluster.context_namespace = str((chosen.get("context") or {}).get("namespace") or "default")
         cluster.where = f"{chosen.get('name', '?')} ({api_client.configuration.host})"
+        return cluster
+
+    @classmethod
+    def in_cluster(cls, namespaces: Sequence[str] = ()) -> Cluster:
+        """The cluster this pod runs in, as its ServiceAccount (the chart's viewer)."""
+        from kubernetes import client
+        from kubernetes import config as _config
+
+        config: Any = _config  # its loaders are untyped
+        try:
+            config.load_incluster_config()
+            namespace = Path(_POD_NAMESPACE).read_text(encoding="utf-8").strip()
+        except Exception as error:
+            raise ClusterError(f"not in a pod with a ServiceAccount token: {error}") from None
+        api_client = client.ApiClient()
+        cluster = cls(api_client, namespaces)
+        cluster.context_namespace = namespace or "default"
+        cluster.where = f"this cluster ({api_client.configuration.host})"
         return cluster
 
     def close(self) -> None:
         self._api_client.close()
 
     def runs(self) -> list[ClusterRun]:
-        """Every AgentRun the user may list: in ``namespace``, else in all namespaces, else
+        """Every AgentRun the user may list: in ``namespaces``, else in all namespaces, else
         (when listing all is forbidden) in the context's namespace."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            if self.namespace is None:
+            if not self.namespaces:
                 try:
                     listing = self._custom.list_cluster_custom_object(
                         GROUP, VERSION, PLURAL, _request_timeout=_TIMEOUT
@@ -176,7 +198,8 @@ class Cluster:
                         raise
                     listing = self._list_in(self.context_namespace)
             else:
-                listing = self._list_in(self.namespace)
+                items = [i for n in self.namespaces for i in self._list_in(n).get("items") or []]
+                listing = {"items": items}
         except ApiException as error:
             raise ClusterError(f"listing AgentRuns: {_api_message(error)}") from None
         except Exception as error:

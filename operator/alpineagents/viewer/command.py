@@ -44,13 +44,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cluster.add_argument(
         "--no-cluster", action="store_true", help="show the store only, not AgentRuns"
     )
+    cluster.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="in a pod: AgentRuns as the pod's ServiceAccount sees them (the chart's viewer)",
+    )
     parser.add_argument(
         "--kubeconfig",
         metavar="PATH",
         help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)",
     )
     parser.add_argument(
-        "-n", "--namespace", help="only AgentRuns in this namespace (default: all you may list)"
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        help="only AgentRuns in this namespace; again for more (default: all you may list)",
     )
 
 
@@ -100,11 +109,13 @@ def _cluster(args: argparse.Namespace) -> Cluster | None:
 
     path = args.kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     explicit = bool(args.kubeconfig or args.context)
-    if not any(os.path.exists(p) for p in path.split(os.pathsep)):
+    if not args.in_cluster and not any(os.path.exists(p) for p in path.split(os.pathsep)):
         if explicit:
             raise UsageError(f"kubeconfig {path} does not exist (or start with --no-cluster)")
         return None  # no cluster at hand: the store alone
     try:
+        if args.in_cluster:
+            return Cluster.in_cluster(args.namespace)
         return Cluster.from_kubeconfig(path, args.context, args.namespace)
     except ImportError:
         raise UsageError(
