@@ -132,8 +132,8 @@ class FileStore(Store):
                 parsed = json.loads(b"[" + b",".join(lines) + b"]") if lines else []
             entries = [item for item in parsed if "seq" in item]
             after = [json.loads(line) for line in _lines(raw[mark:end])] if mark < end else []
-        except (ValueError, TypeError) as error:
-            raise StateFormatError(f"{damaged}: {path / _HISTORY}: {error}") from None
+        except (ValueError, TypeError):
+            raise StateFormatError(f"{damaged}: {_bad_line(raw[:end], path / _HISTORY)}") from None
         return Record(entries, _apply(base, after))
 
     def read_since(self, state_id: str, seq: int) -> Record | None:
@@ -344,6 +344,21 @@ def _last_seq(raw: bytes) -> int:
         if line.startswith(b'{"seq":'):
             return jsonl.seq_of(line) + 1
     return -1
+
+
+def _bad_line(raw: bytes, where: Path) -> str:
+    """What is wrong with the first line of ``raw`` that is not a JSON object (the slow
+    path, taken only when the whole history did not parse)."""
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            parsed = json.loads(line)
+        except ValueError as error:
+            return f"line {number} of {where} is not a JSON entry ({type(error).__name__}: {error})"
+        if not isinstance(parsed, dict):
+            return f"line {number} of {where} is not a JSON entry (a {type(parsed).__name__})"
+    return f"{where} is not JSON lines"
 
 
 def _lines(raw: bytes) -> builtins.list[bytes]:
