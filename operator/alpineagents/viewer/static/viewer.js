@@ -122,8 +122,9 @@ function showRuns() {
     const shown = runs.filter((r) => FILTERS[runsFilter](r) && (!query || r.haystack.includes(query)));
     document.getElementById("count").textContent = `${shown.length} of ${runs.length} runs`;
     const head = cluster
-      ? `<th class="col-id">Run</th><th class="col-status">Status</th><th class="col-phase">Phase</th><th class="col-small num">Attempt</th><th class="col-small num">Restarts</th><th class="col-small num">Age</th>`
+      ? `<th class="col-id">Run</th><th class="col-status">Status</th><th class="col-phase">Phase</th><th class="col-tiny num">Attempt</th><th class="col-tiny num">Restarts</th><th class="col-tiny num">Age</th>`
       : `<th class="col-id">Run</th><th class="col-status">Status</th>`;
+    document.getElementById("runs").classList.toggle("cluster", cluster);
     document.querySelector("#runs thead").innerHTML = `<tr>${head}<th class="col-small num">Entries</th><th class="col-small num">Turns</th><th class="col-tokens num">Tokens in/out</th><th class="col-when">Updated</th><th class="col-prompt">Prompt</th></tr>`;
     document.querySelector("#runs tbody").innerHTML = shown.map((r) => {
       const c = r.cluster;
@@ -282,20 +283,33 @@ function showRun(id) {
     return `<div class="tl-row ${esc(row.kind)}${open} grid" style="top:${top}px" data-pos="${position}" title="${esc(row.text)}"><div class="seq">${row.seq ?? ""}</div><div class="time">${esc(clock(row.start))}</div><div class="what">${name}</div><div class="${textClass}">${status} ${esc(row.text)}</div><div>${bar}</div><div class="dur">${esc(dur)}</div></div>`;
   };
 
+  // The rows in the DOM by position, with the HTML each was made from: a paint replaces
+  // only rows whose HTML changed, so an element under the pointer stays while pages of
+  // other rows arrive (a click whose target is replaced between press and release is lost).
+  const shown = new Map();
   const paint = () => {
     frame = 0;
     spacer.style.height = `${total() * ROW}px`;
     const first = Math.max(0, Math.floor(viewport.scrollTop / ROW) - OVERSCAN);
     const last = Math.min(total(), Math.ceil((viewport.scrollTop + viewport.clientHeight) / ROW) + OVERSCAN);
-    let html = "";
+    for (const [at, [, element]] of shown) {
+      if (at < first || at >= last) { element.remove(); shown.delete(at); }
+    }
     for (let i = first; i < last; i++) {
-      if (rows[i]) html += rowHtml(rows[i], i);
+      let html;
+      if (rows[i]) html = rowHtml(rows[i], i);
       else {
-        html += `<div class="tl-row pending grid" style="top:${i * ROW}px"><div class="seq"></div><div class="span">loading…</div></div>`;
+        html = `<div class="tl-row pending grid" style="top:${i * ROW}px"><div class="seq"></div><div class="span">loading…</div></div>`;
         askFor(Math.floor(i / PAGE));
       }
+      const had = shown.get(i);
+      if (had && had[0] === html) continue;
+      const made = document.createElement("template");
+      made.innerHTML = html;
+      const element = made.content.firstElementChild;
+      if (had) had[1].replaceWith(element); else spacer.appendChild(element);
+      shown.set(i, [html, element]);
     }
-    spacer.innerHTML = html;
   };
   const repaint = () => { if (!frame) frame = requestAnimationFrame(paint); };
   viewport.addEventListener("scroll", () => {
@@ -393,6 +407,7 @@ function showRun(id) {
     const stick = atBottom() || update.reset;
     if (update.reset) {
       rows.length = 0; turns.clear(); turnRows.clear(); asked.clear();
+      shown.clear(); spacer.textContent = "";
       followId = update.follow_id;
     }
     if (update.about) { about = update.about; showAbout(); }
