@@ -25,8 +25,9 @@ COPY pyproject.toml README.md ./
 COPY operator/ operator/
 # Every dependency ships manylinux wheels, so no compiler is needed even here; the
 # final stage installs from these wheels with the index switched off. The mcp extra lets
-# an AgentRun use spec.mcpServers (and an MCP server of the examples run on this image).
-RUN pip wheel --wheel-dir /wheels ".[operator,mcp]"
+# an AgentRun use spec.mcpServers (and an MCP server of the examples run on this image);
+# the ui extra serves the chart's run viewer (viewer.enabled).
+RUN pip wheel --wheel-dir /wheels ".[operator,mcp,ui]"
 
 # ---- final: the runtime, no build tools, no wheels left behind ---------------------------
 FROM ${PYTHON_IMAGE}
@@ -50,7 +51,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 # above from this very checkout, so the version is fixed by the source tree.
 # hadolint ignore=DL3013
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels "alpineagents[operator,mcp]" \
+    pip install --no-index --find-links=/wheels "alpineagents[operator,mcp,ui]" \
     && groupadd --gid 65532 nonroot \
     && useradd --uid 65532 --gid 65532 --home-dir /work --no-create-home \
        --shell /usr/sbin/nologin nonroot \

@@ -4,11 +4,13 @@ Run from the repository root::
 
     python benchmarks/resume_latency.py [--trials 5]
 
-It starts the test bench (etcd + kube-apiserver, MinIO, the scripted model in echo mode,
-the stand-in kubelet) and the operator as its own process, then for each kind of loss
-(graceful pod deletion, hard eviction, OOM kill) runs ``--trials`` AgentRuns with zero
-restart backoff. Each run's tool call blocks; the benchmark causes the loss and watches
-the pods of the namespace through one watch stream:
+It starts the bench's real node (a real kubelet v1.35 with containerd, our image built on
+a Debian python base; see tests/bench/real_node.py; needs root) and installs the chart
+with the echo model and the bundled MinIO, then for each kind of loss (``kubectl delete
+pod``, an eviction through the Eviction API, an OOM kill by the pod's memory limit) runs
+``--trials`` AgentRuns with zero restart backoff. Each run's tool call blocks in the
+bench's tool gate; the benchmark causes the loss and watches the pods of the namespace
+through one watch stream:
 
 - *loss visible*: the first watch event that shows pod ``<run>-1`` finished (its
   container terminated, phase Failed) or gone;
@@ -18,20 +20,20 @@ Both are timestamps of the same watch, taken as the events arrive here, so the
 difference is what the operator took: its own watch delivery, the reconcile steps (GET
 the run, LIST its pods, mark it Interrupted, read the saved State from MinIO, fence it,
 create the pod) and the watch delivery of the new pod. The operator's own histogram
-(``alpineagents_resume_latency_seconds``: replacement due → create call returned) is
-reported alongside. Results go to ``benchmarks/results/resume_latency.md``.
+(``alpineagents_resume_latency_seconds``: replacement due → create call returned, read
+through the API server's proxy to its pod) is reported alongside. Results go to
+``benchmarks/results/resume_latency.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import json
-import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -46,21 +48,23 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
 import yaml  # noqa: E402
-from tests.bench.control_plane import ControlPlane, _start_control_plane  # noqa: E402
-from tests.bench.minio_server import S3Server, start_minio  # noqa: E402
-from tests.bench.operator_process import OperatorProcess, bench_env  # noqa: E402
-from tests.bench.pod_runner import PodRunner  # noqa: E402
-
-from alpineagents.testing import ModelServer  # noqa: E402
+from tests.bench.control_plane import ControlPlane  # noqa: E402
+from tests.bench.helm import CHART  # noqa: E402
+from tests.bench.images import ensure_images  # noqa: E402
+from tests.bench.node_network import NodeSubnet  # noqa: E402
+from tests.bench.real_node import RealCluster, start_cluster  # noqa: E402
+from tests.bench.testbin import binary_path  # noqa: E402
+from tests.bench.tool_gate import ToolGate  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "resume_latency.md"
 NAMESPACE = "bench"
-DEADLINE = 60.0
+DEADLINE = 180.0  # a safety net on a busy machine, not a measure
+RELEASE = "bench"
 KINDS = ("delete", "evict", "oom_kill")
 KIND_TEXT = {
     "delete": "pod deleted (`kubectl delete pod`: SIGTERM, the runner saves, exit 143)",
-    "evict": "hard eviction (SIGKILL, pod Failed/Evicted)",
-    "oom_kill": "OOM kill (SIGKILL, container OOMKilled)",
+    "evict": "evicted through the Eviction API (SIGTERM, the runner saves, exit 143)",
+    "oom_kill": "OOM kill by the pod's 256Mi memory limit (container OOMKilled, exit 137)",
 }
 
 
@@ -152,75 +156,81 @@ def _finished(pod: dict[str, Any]) -> bool:
     )
 
 
-def wait_until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.02)
+def install_chart(cluster: RealCluster, workdir: Path) -> None:
+    """The chart as a user installs it, into NAMESPACE, and wait for it."""
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    values = {**cluster.chart_values(), "operator": {"logLevel": "WARNING"}}
+    (workdir / "values.yaml").write_text(yaml.safe_dump(values))
+    home = workdir / "helm"
+    home.mkdir()
+    subprocess.run(
+        [
+            str(binary_path("helm")),
+            "install",
+            RELEASE,
+            str(CHART),
+            f"--namespace={NAMESPACE}",
+            f"--values={workdir / 'values.yaml'}",
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--wait",
+            "--timeout=5m",
+        ],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home)},
+        check=True,
+        capture_output=True,
+    )
 
 
-def setup_namespace(plane: ControlPlane, minio: S3Server) -> None:
-    plane.kubectl("create", "namespace", NAMESPACE, check=False)
-    for name, data in (
-        ("anthropic", {"ANTHROPIC_API_KEY": "scripted"}),
-        (
-            "store-credentials",
-            {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key},
-        ),
-    ):
-        secret = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
-        }
-        plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(secret))
-
-
-def one_trial(
-    plane: ControlPlane, node: PodRunner, watch: PodWatch, kind: str, markers: Path
-) -> float:
+def one_trial(cluster: RealCluster, gate: ToolGate, watch: PodWatch, kind: str) -> float:
     name = f"lat-{uuid.uuid4().hex[:6]}"
+    flood = "head -c 4000000000 /dev/zero" if kind == "oom_kill" else ""
+    command = gate.command(name, then=flood)
     manifest = {
         "apiVersion": "alpineagents.dev/v1",
         "kind": "AgentRun",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "model": "claude-sonnet-5",
-            "agent": "tests.agents.marker_agent:make_agent",
-            "prompt": f'use step {{"name": "{name}"}}',
-            "env": [{"name": "MARKER_DIR", "value": str(markers)}],
+            "prompt": "use shell " + json.dumps({"command": command, "timeout": 1800}),
+            "tools": ["shell"],
             "restartPolicy": {"initialBackoffSeconds": 0, "maxRestarts": 3},
+            "resources": {"limits": {"memory": "256Mi"}},
         },
     }
-    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
-    wait_until(lambda: any(markers.glob(f"{name}.started.*")), "the tool to start")
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+    gate.wait_started(name)
     first, second = f"{name}-1", f"{name}-2"
     if kind == "delete":
-        plane.kubectl("delete", "pod", first, "-n", NAMESPACE, "--wait=false")
-    else:
-        getattr(node, kind)(NAMESPACE, first)
+        cluster.kubectl("delete", "pod", first, "-n", NAMESPACE, "--wait=false")
+    elif kind == "evict":
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": first}}
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods/{first}/eviction"
+        cluster.kubectl("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
     lost = watch.wait_for(
         lambda e: e.name == first and (e.finished or e.type == "DELETED"), f"{first} lost"
     )
     created = watch.wait_for(lambda e: e.name == second and e.type == "ADDED", f"{second}")
-    (markers / f"{name}.release").touch()
-    plane.kubectl(
+    gate.release(name)
+    cluster.kubectl(
         "wait",
         f"agentrun/{name}",
         "-n",
         NAMESPACE,
         "--for=jsonpath={.status.phase}=Succeeded",
-        "--timeout=60s",
+        "--timeout=120s",
     )
-    plane.kubectl("delete", "agentrun", name, "-n", NAMESPACE, "--wait=false")
+    cluster.kubectl("delete", "agentrun", name, "-n", NAMESPACE, "--wait=false")
     return created.at - lost.at
 
 
-def operator_histogram(operator: OperatorProcess) -> tuple[int, float]:
+def operator_histogram(cluster: RealCluster) -> tuple[int, float]:
+    pod = cluster.kubectl(
+        "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=operator",
+        "-o", "jsonpath={.items[0].metadata.name}",
+    ).stdout  # fmt: skip
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}:9090/proxy/metrics"
     count = total = 0.0
-    for line in operator.metrics().splitlines():
+    for line in cluster.kubectl("get", "--raw", path).stdout.splitlines():
         if line.startswith("alpineagents_resume_latency_seconds_count"):
             count = float(line.split()[-1])
         if line.startswith("alpineagents_resume_latency_seconds_sum"):
@@ -234,9 +244,11 @@ def report(results: dict[str, list[float]], internal: tuple[int, float], trials:
         "",
         "Measured by `python benchmarks/resume_latency.py"
         + (f" --trials {trials}`" if trials != 5 else "`")
-        + " on the test bench: etcd + kube-apiserver 1.35,",
-        "the operator as its own process, MinIO as the store, the stand-in kubelet (pods are local processes), zero restart",
-        "backoff. One AgentRun per trial, its tool call blocking; then the loss. Times are",
+        + " on the bench's real node: a real kubelet v1.35",
+        "with containerd and runc, our image built on a Debian python base, the chart installed",
+        "with `helm install --wait` (the operator in its pod, the bundled MinIO as the store,",
+        "the echo model), zero restart backoff. One AgentRun per trial, its tool call",
+        "blocking in the bench's tool gate; then the loss, done for real. Times are",
         "arrival times of events on one pod watch held by the benchmark: from the first event",
         "showing pod `<run>-1` finished (or gone) to the ADDED event of `<run>-2`.",
         "",
@@ -282,42 +294,20 @@ def main() -> None:
     results: dict[str, list[float]] = {kind: [] for kind in KINDS}
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, workdir, ignore_errors=True)
-        (workdir / "plane").mkdir()
-        plane = _start_control_plane(stack, workdir / "plane")
-        plane.apply_crds()
-        (workdir / "minio").mkdir()
-        minio = start_minio(workdir / "minio", "benchadmin", "benchadmin-secret")
-        stack.callback(minio.stop)
-        setup_namespace(plane, minio)
-        model = stack.enter_context(ModelServer(echo=True))
-        store_url = f"s3://{minio.bucket}/resume/?endpoint={minio.endpoint}&secure=false"
-        (workdir / "operator").mkdir()
-        operator = OperatorProcess(
-            plane.kubeconfig,
-            workdir / "operator",
-            bench_env(store_url, minio, model.url, ALPINEAGENTS_LOG_LEVEL="WARNING"),
-        )
-        stack.callback(operator.stop)
-        operator.start()
-        node = PodRunner(
-            plane.api_client(),
-            node_name="bench-node",
-            namespace=NAMESPACE,
-            base_env={"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": str(REPO)},
-        )
-        node.start()
-        stack.callback(node.stop)
-        watch = PodWatch(plane)
+        cluster = start_cluster(stack, workdir / "cluster", ensure_images())
+        install_chart(cluster, workdir)
+        gate = ToolGate(NodeSubnet(0).gateway)
+        gate.start()
+        stack.callback(gate.stop)
+        watch = PodWatch(cluster.plane)
         watch.start()
         stack.callback(watch.stop)
-        markers = workdir / "markers"
-        markers.mkdir()
         for trial in range(args.trials):
             for kind in KINDS:
-                seconds = one_trial(plane, node, watch, kind, markers)
+                seconds = one_trial(cluster, gate, watch, kind)
                 results[kind].append(seconds)
                 print(f"trial {trial + 1} {kind}: {seconds * 1000:.0f} ms", flush=True)
-        text = report(results, operator_histogram(operator), args.trials)
+        text = report(results, operator_histogram(cluster), args.trials)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(text)
     print(text)

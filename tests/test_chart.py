@@ -72,6 +72,21 @@ CASES: dict[str, Callable[[list[str]], Values]] = {
             "service": {"type": "NodePort", "nodePort": 30900, "consoleNodePort": 30901},
         },
     },
+    "encrypted-shared-credentials": lambda ns: {
+        "encryption": {"enabled": True, "existingSecret": "keyring"},
+        "store": {"runCredentials": "shared"},
+        "networkPolicy": {"enabled": False},
+    },
+    "viewer-read-only": lambda ns: {
+        "watchNamespaces": [ns[1], ns[2]],
+        "anthropic": {"apiKey": "sk-ant-example"},
+        "viewer": {"enabled": True},
+    },
+    "viewer-answers-cluster-wide": lambda ns: {
+        "clusterWide": True,
+        "anthropic": {"apiKey": "sk-ant-example"},
+        "viewer": {"enabled": True, "allowApprovals": True, "service": {"port": 8080}},
+    },
     "own-service-account-no-rbac": lambda ns: {
         "serviceAccount": {"create": False, "name": "alpineagents"},
         "rbac": {"create": False},
@@ -277,8 +292,21 @@ def test_quick_start_secrets_go_to_every_namespace_where_runs_run(helm: Helm) ->
     }
     for namespace in namespaces:
         assert ("test-alpineagents-anthropic", namespace) in placed
-        assert ("test-alpineagents-store", namespace) in placed
+    # Run pods get credentials of their own: the store's broad key stays with the operator.
+    assert [ns for name, ns in placed if name == "test-alpineagents-store"] == [namespaces[0]]
     assert _operator_settings(objects)["ALPINEAGENTS_NAMESPACES"] == ",".join(namespaces[1:])
+    assert _operator_settings(objects)["ALPINEAGENTS_RUN_CREDENTIALS"] == "sts"
+
+    shared = helm.template(
+        {**CASES["several-namespaces"](namespaces), "store": {"runCredentials": "shared"}},
+        namespace=namespaces[0],
+    )
+    placed = {(s["metadata"]["name"], s["metadata"]["namespace"]) for s in _kinds(shared)["Secret"]}
+    for namespace in namespaces:
+        assert ("test-alpineagents-store", namespace) in placed
+    assert _operator_settings(shared)["ALPINEAGENTS_RUN_CREDENTIALS"] == "shared"
+    # The same rules: each pod's spec is a Secret the operator writes in either mode.
+    assert _rules(shared, "Role") == _rules(objects, "Role")
 
 
 def test_the_echo_model_demo_needs_no_api_key(helm: Helm) -> None:
@@ -312,11 +340,12 @@ def _rules(objects: list[dict[str, Any]], kind: str) -> set[tuple[str, str, str]
 
 
 _OPERATOR_NEEDS = {
-    *(("alpineagents.dev", "agentruns", v) for v in ("get", "list", "watch", "patch", "update")),
-    *(("alpineagents.dev", "agentruns/status", v) for v in ("get", "patch", "update")),
-    *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
+    *(("alpineagents.dev", "agentruns", v) for v in ("get", "list", "watch", "patch")),
+    ("alpineagents.dev", "agentruns/status", "patch"),
+    *(("", "pods", v) for v in ("list", "watch", "create", "delete")),
     ("", "events", "create"),
-    ("", "events", "patch"),
+    ("", "secrets", "create"),
+    ("", "secrets", "patch"),
 }
 
 
@@ -380,10 +409,15 @@ def test_the_installed_service_account_may_do_its_job_and_nothing_more(
                 ("create", "pods"),
                 ("delete", "pods"),
                 ("create", "events"),
+                ("create", "secrets"),
+                ("patch", "secrets"),
             ]:
                 assert _can(plane, account, verb, resource, ns), (verb, resource, ns)
             for verb, resource in [
                 ("get", "secrets"),
+                ("list", "secrets"),
+                ("watch", "secrets"),
+                ("delete", "secrets"),
                 ("patch", "pods"),
                 ("create", "pods:exec"),
                 ("patch", "pods:status"),
@@ -416,6 +450,109 @@ def test_cluster_wide_service_account_reaches_every_namespace(
         helm.uninstall(release, release_ns, plane.kubeconfig)
 
 
+# ------------------------------------------------------------------------- the viewer
+
+
+def _viewer(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    """The viewer's Deployment and its container's command."""
+    (deployment,) = [
+        o
+        for o in objects
+        if o["kind"] == "Deployment"
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] == "viewer"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    command: list[str] = container["command"]
+    return deployment, command
+
+
+def test_the_viewer_is_off_by_default_and_read_only_unless_approvals_are_allowed(
+    helm: Helm,
+) -> None:
+    components = {o["metadata"]["labels"]["app.kubernetes.io/component"] for o in helm.template()}
+    assert "viewer" not in components
+
+    namespaces = _namespaces()
+    objects = helm.template(CASES["viewer-read-only"](namespaces), namespace=namespaces[0])
+    deployment, command = _viewer(objects)
+    assert command[:5] == ["python", "-m", "alpineagents", "ui", "--in-cluster"]
+    assert "--allow-approvals" not in command
+    # The AgentRuns of the watched namespaces, read with a ServiceAccount of its own...
+    assert [a for a in command if a.startswith("--namespace=")] == [
+        f"--namespace={ns}" for ns in namespaces[1:]
+    ]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "test-alpineagents-viewer"
+    viewer_roles = [
+        o
+        for o in _kinds(objects)["Role"]
+        if o["metadata"]["labels"]["app.kubernetes.io/component"] == "viewer"
+    ]
+    assert {r["metadata"]["namespace"] for r in viewer_roles} == set(namespaces[1:])
+    assert _rules(viewer_roles, "Role") == {
+        ("alpineagents.dev", "agentruns", "get"),
+        ("alpineagents.dev", "agentruns", "list"),
+    }
+    # ... and the store with the operator's store settings and credentials.
+    (container,) = pod["containers"]
+    env = {e["name"]: e["valueFrom"] for e in container["env"]}
+    assert env["ALPINEAGENTS_STORE"] == {
+        "configMapKeyRef": {"name": "test-alpineagents-operator", "key": "ALPINEAGENTS_STORE"}
+    }
+    assert env["AWS_SECRET_ACCESS_KEY"]["secretKeyRef"]["name"] == "test-alpineagents-store"
+    (service,) = [
+        o
+        for o in _kinds(objects)["Service"]
+        if o["metadata"]["labels"]["app.kubernetes.io/component"] == "viewer"
+    ]
+    assert service["spec"]["type"] == "ClusterIP"
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(80, "http")]
+
+    answering = helm.template(CASES["viewer-answers-cluster-wide"](namespaces))
+    _, command = _viewer(answering)
+    assert "--allow-approvals" in command
+    assert not [a for a in command if a.startswith("--namespace")]  # every namespace
+    viewer_roles = [
+        o
+        for o in _kinds(answering)["ClusterRole"]
+        if o["metadata"]["labels"]["app.kubernetes.io/component"] == "viewer"
+    ]
+    assert _rules(viewer_roles, "ClusterRole") == {
+        ("alpineagents.dev", "agentruns", verb) for verb in ("get", "list", "patch")
+    }
+
+
+def test_the_installed_viewer_may_read_agentruns_and_answer_only_when_allowed(
+    helm: Helm, plane: ControlPlane, namespaces: list[str]
+) -> None:
+    release_ns, runs_a, runs_b = namespaces
+    for allow in (False, True):
+        release = _unique("viewer")
+        values = {
+            "watchNamespaces": [runs_a, runs_b],
+            "viewer": {"enabled": True, "allowApprovals": allow},
+        }
+        helm.install(release, release_ns, plane.kubeconfig, values)
+        try:
+            account = f"system:serviceaccount:{release_ns}:{release}-alpineagents-viewer"
+            for ns in (runs_a, runs_b):
+                assert _can(plane, account, "list", "agentruns.alpineagents.dev", ns)
+                assert _can(plane, account, "get", "agentruns.alpineagents.dev", ns)
+                assert _can(plane, account, "patch", "agentruns.alpineagents.dev", ns) is allow
+                for verb, resource in [
+                    ("patch", "agentruns.alpineagents.dev:status"),
+                    ("delete", "agentruns.alpineagents.dev"),
+                    ("create", "agentruns.alpineagents.dev"),
+                    ("get", "secrets"),
+                    ("list", "pods"),
+                    ("create", "pods"),
+                ]:
+                    assert not _can(plane, account, verb, resource, ns), (verb, resource, ns)
+            assert not _can(plane, account, "list", "agentruns.alpineagents.dev", "default")
+        finally:
+            helm.uninstall(release, release_ns, plane.kubeconfig)
+
+
 # ------------------------------------------------------------------------- refusals
 
 
@@ -427,6 +564,9 @@ def test_cluster_wide_service_account_reaches_every_namespace(
         ({"watchNamespaces": ["Not_A_Namespace"]}, "at '/watchNamespaces/0'"),
         ({"minio": {"service": {"nodePort": 80}}}, "at '/minio/service/nodePort': minimum"),
         ({"operator": {"logLevel": "LOUD"}}, "at '/operator/logLevel'"),
+        ({"encryption": {"enabled": True}}, "encryption.enabled needs encryption.existingSecret"),
+        ({"store": {"runCredentials": "maybe"}}, "at '/store/runCredentials'"),
+        ({"networkPolicy": {"modelPorts": [0]}}, "at '/networkPolicy/modelPorts/0'"),
         ({"minio": {"rootPassword": "short"}}, "at '/minio/rootPassword'"),
         ({"image": {"tag": 1.5}}, "at '/image/tag': got number, want string"),
         (
@@ -556,3 +696,110 @@ def test_the_walkthrough_example_is_a_valid_agentrun(
     spec, name = read_manifest(example)
     plan = parse_spec(spec)
     assert name == "disk-report" and plan is not None
+
+
+# ------------------------------------------------------------------------- network
+
+
+def _run_pod_policies(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        p["metadata"]["namespace"]: p["spec"]
+        for p in _kinds(objects).get("NetworkPolicy", [])
+        if p["metadata"]["name"].endswith("-agent-runs")
+    }
+
+
+def _egress_ports(rule: dict[str, Any]) -> list[tuple[int, str]]:
+    return [(p["port"], p["protocol"]) for p in rule["ports"]]
+
+
+def test_agent_pods_may_reach_only_dns_the_model_and_the_store(helm: Helm) -> None:
+    from alpineagents_operator.pods import run_labels
+
+    namespaces = _namespaces()
+    objects = helm.template(CASES["several-namespaces"](namespaces), namespace=namespaces[0])
+    policies = _run_pod_policies(objects)
+    assert set(policies) == set(namespaces[1:])  # where runs run
+    for spec in policies.values():
+        # The policy selects the pods the operator makes, by the labels it gives them.
+        assert spec["podSelector"]["matchLabels"].items() <= run_labels("any").items()
+        assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+        dns, model, store = spec["egress"]
+        assert _egress_ports(dns) == [(53, "UDP"), (53, "TCP")]
+        # The model API: public addresses only; never the cluster, the node or cloud metadata.
+        [public] = model["to"]
+        assert public["ipBlock"]["cidr"] == "0.0.0.0/0"
+        assert {"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"} <= set(
+            public["ipBlock"]["except"]
+        )
+        assert _egress_ports(model) == [(443, "TCP")]
+        # The store: the bundled MinIO's pods, on its S3 port, and nothing else.
+        [minio] = store["to"]
+        assert minio["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "minio"
+        assert minio["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": namespaces[0]
+        }
+        assert _egress_ports(store) == [(9000, "TCP")]
+    (minio_policy,) = [
+        p for p in _kinds(objects)["NetworkPolicy"] if p["metadata"]["name"].endswith("-minio")
+    ]
+    sources = minio_policy["spec"]["ingress"][0]["from"]
+    assert [s["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for s in sources] == [
+        "operator",
+        "agent-run",
+    ]
+
+
+def test_network_policy_follows_your_store_and_model(helm: Helm) -> None:
+    namespaces = _namespaces()
+    values = CASES["own-store-secrets-from-values"](namespaces)
+    spec = _run_pod_policies(helm.template(values, namespace=namespaces[0]))[namespaces[0]]
+    _, _, store = spec["egress"]
+    assert _egress_ports(store) == [(443, "TCP")]  # the port in store.url
+    assert store["to"] == [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}]
+    plain = {
+        **values,
+        "store": {
+            **values["store"],
+            "url": "s3://runs-bucket/p?endpoint=minio.storage:9000&secure=false",
+        },
+        "networkPolicy": {
+            "modelTo": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+            "extraEgress": [{"ports": [{"port": 8443, "protocol": "TCP"}]}],
+        },
+    }
+    spec = _run_pod_policies(helm.template(plain, namespace=namespaces[0]))[namespaces[0]]
+    _, model, store, extra = spec["egress"]
+    assert model["to"] == [{"ipBlock": {"cidr": "203.0.113.0/24"}}]
+    assert _egress_ports(store) == [(9000, "TCP")]
+    assert _egress_ports(extra) == [(8443, "TCP")]
+
+    demo = helm.template(CASES["kind-demo"](namespaces), namespace="agents")
+    _, model, _ = _run_pod_policies(demo)["agents"]["egress"]
+    assert model["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+        "echo-model"
+    )
+    assert _egress_ports(model) == [(8000, "TCP")]
+    # MinIO on a NodePort is meant to be reached from outside: no ingress policy for it.
+    assert not [
+        p for p in _kinds(demo)["NetworkPolicy"] if p["metadata"]["name"].endswith("-minio")
+    ]
+
+    off = helm.template({"networkPolicy": {"enabled": False}})
+    assert "NetworkPolicy" not in _kinds(off)
+
+
+def test_encryption_reaches_the_operator_and_the_pods(helm: Helm) -> None:
+    objects = helm.template(CASES["encrypted-shared-credentials"](_namespaces()))
+    settings = _operator_settings(objects)
+    assert settings["ALPINEAGENTS_STORE"].endswith("&secure=false&encrypted=true")
+    assert settings["ALPINEAGENTS_ENCRYPTION_SECRET"] == "keyring"
+    assert settings["ALPINEAGENTS_ENCRYPTION_SECRET_KEY"] == "keys"
+    (container,) = _operator_deployment(objects)["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env["ALPINEAGENTS_ENCRYPTION_KEYS"] == {
+        "secretKeyRef": {"name": "keyring", "key": "keys"}
+    }
+    plain = _operator_settings(helm.template({}))
+    assert "encrypted" not in plain["ALPINEAGENTS_STORE"]
+    assert plain["ALPINEAGENTS_ENCRYPTION_SECRET"] == ""

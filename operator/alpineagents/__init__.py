@@ -3,8 +3,9 @@
 Everything a program needs is importable from here: the :class:`Agent` and its
 :class:`State`, tools and permissions, the stores (:class:`FileStore`, :func:`open_store`
 for a URL; ``MinioStore`` is in ``alpineagents.store.s3``, as it needs the ``minio``
-extra), the store errors (one family under :class:`StoreError`), the model's
-:class:`Retry` policy, and the runner's :class:`ExitCode`.
+extra), MCP servers as tools (:class:`MCPServer`; connecting needs the ``mcp`` extra),
+the store errors (one family under :class:`StoreError`), the model's :class:`Retry`
+policy, and the runner's :class:`ExitCode`.
 """
 
 from .agent import Agent
@@ -17,6 +18,7 @@ from .errors import (
     StoreError,
     StoreUnavailableError,
 )
+from .mcp import MCPServer, MCPServerUnavailable, MCPToolError
 from .messages import Message
 from .model import Retry
 from .permissions import Permissions
@@ -24,6 +26,7 @@ from .pod_contract import ExitCode
 from .state import Entry, EntryKind, Outcome, State, StopReason, ToolCall
 from .store import FileStore, Record, StateInfo, Store, open_store
 from .tools import Tool, tool
+from .toolsets import Toolset, ToolsetUnavailable
 
 __all__ = [
     "Agent",
@@ -31,6 +34,9 @@ __all__ = [
     "EntryKind",
     "ExitCode",
     "FileStore",
+    "MCPServer",
+    "MCPServerUnavailable",
+    "MCPToolError",
     "Message",
     "MissingBucketError",
     "Outcome",
@@ -49,6 +55,8 @@ __all__ = [
     "StoreUnavailableError",
     "Tool",
     "ToolCall",
+    "Toolset",
+    "ToolsetUnavailable",
     "open_store",
     "tool",
 ]

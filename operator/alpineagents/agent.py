@@ -132,7 +132,8 @@ class Agent:
             try:
                 # Inside the guard, like every instant of the run: building the client,
                 # the first save (which refuses a new State whose id is taken), the steps.
-                client_token = _run_client.set(self._client or _model.default_client())
+                # The client is made on first use: a resumed run saves before the SDK loads.
+                client_token = _run_client.set(_RunClient(self._client))
                 await self._save(state)
                 stopped = await self._steps(state)
                 if state.stopped != stopped:
@@ -172,9 +173,9 @@ class Agent:
             hold.end()
             await hold.toolsets.aclose()
             if client_token is not None:
-                if self._client is None:
-                    await _model.close(_run_client.get())
+                client = _run_client.get()
                 _run_client.reset(client_token)
+                await client.close()
 
     async def _steps(self, state: State) -> StopReason:
         turns = 0
@@ -197,7 +198,9 @@ class Agent:
     # ------------------------------------------------------------------ steps
     async def think(self, state: State) -> Message:
         """Ask the model for its next message, saving before and after."""
-        request = self._request(state.messages, await self._tools(state))
+        hold = state.active_run
+        messages = hold.api_messages(state.messages) if isinstance(hold, _Run) else None
+        request = self._request(state.messages, await self._tools(state), merged=messages)
         state.add("model_request", f"asking {self.model}", {"model": self.model})
         await self._save(state)
         try:
@@ -409,13 +412,20 @@ class Agent:
         return await hold.toolsets.tools(state, self.tools)
 
     def _model_client(self) -> Any:
-        return _run_client.get(None) or self._client or _model.default_client()
+        run = _run_client.get(None)
+        return run.get() if run is not None else self._client or _model.default_client()
 
-    def _request(self, messages: list[Message], tools: dict[str, Tool]) -> dict[str, Any]:
+    def _request(
+        self,
+        messages: list[Message],
+        tools: dict[str, Tool],
+        *,
+        merged: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": _merged(messages),
+            "messages": merged if merged is not None else _merged(messages),
         }
         if self.system:
             request["system"] = self.system
@@ -441,6 +451,8 @@ class _Run:
         self.background: set[asyncio.Future[None]] = set()
         self.toolsets = RunToolsets(agent.toolsets)
         """The agent's toolsets (MCP servers): opened on the run's first step, closed at its end."""
+        self.api_messages = _ApiMessages()
+        """The conversation as the run's requests send it, kept from step to step."""
         self._sends: list[tuple[int, concurrent.futures.Future[None]]] = []
         self._sends_lock = threading.Lock()
         self._ended = False
@@ -528,14 +540,71 @@ async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
         raise
 
 
+class _RunClient:
+    """The model client of one run: the Agent's, or one made on first use (importing the
+    SDK takes about a second, which a resumed run should not spend before its first save)."""
+
+    def __init__(self, given: Any) -> None:
+        self._given = given
+        self._made: Any = None
+
+    def get(self) -> Any:
+        if self._given is not None:
+            return self._given
+        if self._made is None:
+            self._made = _model.default_client()
+        return self._made
+
+    async def close(self) -> None:
+        if self._made is not None:
+            await _model.close(self._made)
+
+
+class _ApiMessages:
+    """The messages of the requests of one run, in the API's shape, built step by step.
+
+    Each request appends what the conversation gained since the last one instead of
+    converting the whole conversation again, so a step costs the same at any length and
+    leaves no garbage that grows with it. A compaction (which replaces the conversation's
+    beginning) is noticed and the list built anew.
+    """
+
+    def __init__(self) -> None:
+        self._merged: list[dict[str, Any]] = []
+        self._seen = 0
+        self._first: Message | None = None
+        self._last: Message | None = None
+
+    def __call__(self, messages: list[Message]) -> list[dict[str, Any]]:
+        seen = self._seen
+        if seen and (
+            len(messages) < seen
+            or messages[0] is not self._first
+            or messages[seen - 1] is not self._last
+        ):
+            self._merged, seen = [], 0
+        for message in messages[seen:]:
+            _append_merged(self._merged, message)
+        self._seen = len(messages)
+        self._first = messages[0] if messages else None
+        self._last = messages[-1] if messages else None
+        return self._merged
+
+
+def _append_merged(merged: list[dict[str, Any]], message: Message) -> None:
+    """Add a message: consecutive messages of one role become one (the API wants that)."""
+    if merged and merged[-1]["role"] == message.role:
+        # A new dict: the one before may belong to a request already sent.
+        merged[-1] = {"role": message.role, "content": [*merged[-1]["content"], *message.blocks]}
+    else:
+        merged.append({"role": message.role, "content": message.blocks})
+
+
 def _merged(messages: list[Message]) -> list[dict[str, Any]]:
     """Messages for the API: consecutive messages of one role become one."""
     merged: list[dict[str, Any]] = []
     for message in messages:
-        if merged and merged[-1]["role"] == message.role:
-            merged[-1]["content"] = [*merged[-1]["content"], *message.blocks]
-        else:
-            merged.append({"role": message.role, "content": message.blocks})
+        _append_merged(merged, message)
     return merged
 
 

@@ -14,13 +14,11 @@ import signal
 import stat
 import subprocess
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .pod_contract import ENV_MCP_PREFIX
+from .pod_contract import ENV_ENCRYPTION_KEYS, ENV_MCP_PREFIX
 from .tools import Tool
 
 NAMES = ("fetch_url", "read_file", "shell", "write_file")
@@ -46,6 +44,9 @@ _SECRET_ENV = (
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    "MINIO_ACCESS_KEY",
+    "MINIO_SECRET_KEY",
+    ENV_ENCRYPTION_KEYS,
 )
 
 
@@ -323,6 +324,11 @@ def _fetch_url_tool(root: Path) -> Tool:
 def _fetch(url: str, timeout: float) -> str:
     if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
         raise ToolFailed(f"{url!r} is not an http or https URL")
+    # Imported here: urllib.request pulls in http, email and ssl, which a CLI command
+    # that never fetches (list, show) should not wait for.
+    import urllib.error
+    import urllib.request
+
     limit = min(max(float(timeout), 0.1), 300.0)
     request = urllib.request.Request(url, headers={"User-Agent": "alpineagents-fetch_url"})
     try:

@@ -1,8 +1,9 @@
 """``alpineagents``: run, resume and inspect agent runs from a shell.
 
-``run [FILE.yaml]`` runs or resumes an AgentRun (in a pod: the spec comes from
-``ALPINEAGENTS_SPEC``); ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
-what a store holds. Each command is a few lines over :mod:`alpineagents.runner`.
+``run [FILE.yaml]`` runs or resumes an AgentRun (in a pod: the spec comes from the file
+``ALPINEAGENTS_SPEC_FILE`` names); ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
+what a store holds; ``ui`` shows it in a browser. Each command is a few lines over
+:mod:`alpineagents.runner`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from .errors import StoreUnavailableError
 from .pod_contract import ExitCode
+from .redaction import Redactor
 from .runner import LogFormat, ProgressLog, SpecError, open_run_store, run_agent_run
 from .state import Entry, State, error_text
 from .store.base import Record, Store
@@ -50,11 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """``run [FILE] [--store URL] [--id ID] [--offline]``: run or resume, showing progress."""
-    log = ProgressLog(sys.stderr, format=_log_format(args))
-    with _offline_model() if args.offline else contextlib.nullcontext():
-        result = run_agent_run(args.file, store_url=args.store, state_id=args.id, log=log)
-    if result.answer is not None:
-        print(result.answer)
+    # Everything the run prints passes a mask for its secrets (API key, store keys, ...).
+    with Redactor.from_environment().guarding_stdio():
+        log = ProgressLog(sys.stderr, format=_log_format(args))
+        with _offline_model() if args.offline else contextlib.nullcontext():
+            result = run_agent_run(args.file, store_url=args.store, state_id=args.id, log=log)
+        if result.answer is not None:
+            print(result.answer)
     return result.exit_code
 
 
@@ -124,6 +128,16 @@ def delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def ui(args: argparse.Namespace) -> int:
+    """``ui``: the run viewer in a browser (see :mod:`alpineagents.viewer`)."""
+    from .viewer import command
+
+    try:
+        return command.serve(args, _store(args))
+    except command.UsageError as error:
+        raise CommandError(str(error), ExitCode.NOT_RETRYABLE) from None
+
+
 # ---------------------------------------------------------------------------- internals
 
 
@@ -150,7 +164,7 @@ def _parser() -> argparse.ArgumentParser:
         "file",
         nargs="?",
         metavar="FILE.yaml",
-        help="AgentRun manifest (default: $ALPINEAGENTS_SPEC)",
+        help="AgentRun manifest (default: the spec in $ALPINEAGENTS_SPEC_FILE or $ALPINEAGENTS_SPEC)",
     )
     command.add_argument(
         "--id", help="State id (default: $ALPINEAGENTS_STATE_ID, else metadata.name)"
@@ -182,6 +196,12 @@ def _parser() -> argparse.ArgumentParser:
     command = commands.add_parser("delete", parents=[common], help="delete a saved State")
     command.add_argument("id", metavar="ID")
     command.set_defaults(command=delete)
+
+    from .viewer.command import add_arguments
+
+    command = commands.add_parser("ui", parents=[common], help="see runs in a browser")
+    add_arguments(command)
+    command.set_defaults(command=ui)
     return parser
 
 

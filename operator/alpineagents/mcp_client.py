@@ -23,6 +23,7 @@ from .tools import ToolOutput
 from .toolsets import OpenToolset
 
 _LIST_PAGES = 100  # a server whose tool list never ends cannot hang the run's start
+_CLOSE_WAIT = 10.0  # seconds a session may take to close before its keeper is cancelled
 
 
 class Connection:
@@ -41,6 +42,7 @@ class Connection:
         self._closing = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
         self._lost: BaseException | None = None
+        self._refused: int | None = None  # the last HTTP error status the server answered
 
     async def __aenter__(self) -> OpenToolset:
         server = self.server
@@ -64,7 +66,8 @@ class Connection:
                 ) from None
             if isinstance(error, Exception):
                 raise MCPServerUnavailable(
-                    f"{server.title} at {server.address} cannot be reached: {_reason(error)}"
+                    f"{server.title} at {server.address} cannot be reached: "
+                    f"{self._refusal() or _reason(error)}"
                 ) from None
             raise
         return self
@@ -124,11 +127,24 @@ class Connection:
         finally:
             self._client = None
 
+    def _refusal(self) -> str | None:
+        status = self._refused
+        if status is None:
+            return None
+        if status in (401, 403):
+            return f"it refused the request (HTTP {status}): check its headers (the Secret's value)"
+        return f"it answered HTTP {status}"
+
+    async def _note_status(self, response: Any) -> None:
+        if response.status_code >= 400:
+            self._refused = response.status_code
+
     def _transport(self) -> Any:
         server = self.server
         if server.url is not None:
             http = httpx2.AsyncClient(
                 headers=dict(server.headers),
+                event_hooks={"response": [self._note_status]},
                 timeout=httpx2.Timeout(server.timeout, read=max(server.timeout, 300.0)),
             )
             return _OwningTransport(http, streamable_http_client(server.url, http_client=http))
@@ -142,8 +158,10 @@ class Connection:
         if keeper is None or keeper.done():
             return
         try:
-            await asyncio.wait_for(asyncio.shield(keeper), self.server.timeout)
-        except (TimeoutError, Exception):
+            # Bounded: a stopping pod has its grace period (30 s) for everything, and the
+            # State is saved before its toolsets close.
+            await asyncio.wait_for(asyncio.shield(keeper), min(self.server.timeout, _CLOSE_WAIT))
+        except Exception:
             keeper.cancel()
             with contextlib.suppress(BaseException):  # it is failing already
                 await keeper

@@ -4,24 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
+import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
+# The SDK is imported on first use, not with this module: importing it takes about a
+# second, which `alpineagents list` should not pay, nor a resumed run before its first save.
+if TYPE_CHECKING:
+    import anthropic
 
-try:  # the HTTP library the SDK is built on: its name changed with anthropic 2.x
-    import httpx2 as _http
-except ImportError:  # pragma: no cover - older SDKs
-    import httpx as _http  # type: ignore[no-redef, import-not-found, unused-ignore]
+from .redaction import Redactor
 
-# Requests that can be sent again unchanged: the provider may answer the next one.
-_TRANSIENT = (
-    anthropic.APIConnectionError,  # also APITimeoutError
-    anthropic.RateLimitError,
-    anthropic.InternalServerError,  # 5xx, 529 overloaded among them
-    _http.TransportError,  # a streamed reply dropped mid-way is raised unwrapped
-)
 _STREAM_ABOVE = 4096  # max_tokens from which replies are streamed (long replies time out otherwise)
 
 
@@ -46,8 +41,35 @@ class Retry:
 
 
 def default_client() -> anthropic.AsyncAnthropic:
+    import anthropic
+
     # Retries are ours (below) so that streamed replies dropped mid-way are retried too.
     return anthropic.AsyncAnthropic(max_retries=0)
+
+
+@functools.cache
+def _transient() -> tuple[type[BaseException], ...]:
+    """Errors of requests that can be sent again unchanged: the provider may answer the next."""
+    import anthropic
+
+    try:  # the HTTP library the SDK is built on: its name changed with anthropic 2.x
+        import httpx2 as http
+    except ImportError:  # pragma: no cover - older SDKs
+        import httpx as http  # type: ignore[no-redef, import-not-found, unused-ignore]
+    return (
+        anthropic.APIConnectionError,  # also APITimeoutError
+        anthropic.RateLimitError,
+        anthropic.InternalServerError,  # 5xx, 529 overloaded among them
+        http.TransportError,  # a streamed reply dropped mid-way is raised unwrapped
+    )
+
+
+def sdk_error(error: BaseException, name: str) -> bool:
+    """Whether ``error`` is an ``anthropic.<name>`` (without importing the SDK for it: an
+    error of the SDK means the SDK is already imported)."""
+    sdk = sys.modules.get("anthropic")
+    kind = getattr(sdk, name, None) if sdk is not None else None
+    return kind is not None and isinstance(error, kind)
 
 
 async def close(client: Any) -> None:
@@ -62,17 +84,27 @@ async def ask(client: Any, request: dict[str, Any], retry: Retry) -> dict[str, A
     ``client`` is an ``anthropic.AsyncAnthropic`` or ``anthropic.Anthropic`` (run on a
     worker thread).
     """
-    for attempt in range(retry.attempts):
-        try:
-            return await _send(client, request)
-        except _TRANSIENT as error:
-            if attempt + 1 >= retry.attempts:
-                raise
-            await asyncio.sleep(retry.delay(attempt, error))
+    try:
+        for attempt in range(retry.attempts):
+            try:
+                return await _send(client, request)
+            except _transient() as error:
+                if attempt + 1 >= retry.attempts:
+                    raise
+                await asyncio.sleep(retry.delay(attempt, error))
+    except Exception as error:
+        if sdk_error(error, "APIError"):
+            # Some gateways echo the request's headers in their error bodies: the error is
+            # saved in the history and reported, so the client's own key must not be in it.
+            keys = [getattr(client, "api_key", None), getattr(client, "auth_token", None)]
+            Redactor([key for key in keys if isinstance(key, str)]).exception(error)
+        raise
     raise AssertionError("unreachable")
 
 
 async def _send(client: Any, request: dict[str, Any]) -> dict[str, Any]:
+    import anthropic
+
     stream = request.get("max_tokens", 0) > _STREAM_ABOVE
     if isinstance(client, anthropic.AsyncAnthropic):
         if stream:

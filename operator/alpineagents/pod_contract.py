@@ -2,7 +2,8 @@
 
 Both sides import it, so each fact is written once:
 
-- the AgentRun API the two speak about (:data:`GROUP`, :data:`VERSION`, :data:`KIND`);
+- the AgentRun API the two speak about (:data:`GROUP`, :data:`VERSION`, :data:`KIND`,
+  :data:`PLURAL`) and the id of the State an AgentRun runs (:func:`state_id_for`);
 - the environment the operator gives the pod (``ENV_*``);
 - how the runner's process ends (:class:`ExitCode`), which tells the operator what to do;
 - the termination message: one JSON object of at most :data:`TERMINATION_MESSAGE_LIMIT`
@@ -27,9 +28,24 @@ GROUP = "alpineagents.dev"
 VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "AgentRun"
+PLURAL = "agentruns"
 
+
+def state_id_for(namespace: str, name: str, uid: str) -> str:
+    """The saved State's id for one AgentRun (the pod gets it as :data:`ENV_STATE_ID`).
+
+    The uid part keeps a new AgentRun from resuming the State of an earlier, deleted one
+    that had the same name.
+    """
+    return f"{namespace}.{name}.{uid[:8]}"
+
+
+ENV_SPEC_FILE = "ALPINEAGENTS_SPEC_FILE"
+"""Path of a file holding the AgentRun's ``.spec`` as JSON (the operator mounts it
+read-only from a Secret of the pod's own)."""
 ENV_SPEC = "ALPINEAGENTS_SPEC"
-"""The AgentRun's ``.spec`` as JSON."""
+"""The AgentRun's ``.spec`` as JSON itself, when :data:`ENV_SPEC_FILE` is not set (older
+operators set it; exec refuses one variable over 128 KiB, so a long prompt needs the file)."""
 ENV_STORE = "ALPINEAGENTS_STORE"
 """The store URL (see :func:`alpineagents.open_store`)."""
 ENV_STATE_ID = "ALPINEAGENTS_STATE_ID"
@@ -39,6 +55,12 @@ ENV_ATTEMPT = "ALPINEAGENTS_ATTEMPT"
 ENV_TERMINATION_MESSAGE_PATH = "TERMINATION_MESSAGE_PATH"
 """Where the runner writes its termination message (the container's
 ``terminationMessagePath``)."""
+ENV_ENCRYPTION_KEYS = "ALPINEAGENTS_ENCRYPTION_KEYS"
+"""The keyring of an encrypted store (``ID:BASE64`` items, the last one writes; also as
+``..._FILE``), see :mod:`alpineagents.store.encrypted`."""
+ENV_SECRET_NAMES = "ALPINEAGENTS_SECRET_ENV"
+"""Comma-separated names of the pod's variables that come from Secrets: the runner keeps
+their values out of its logs, the saved history and the termination message."""
 ENV_PREFIX = "ALPINEAGENTS_"
 """The operator's variables: an AgentRun's ``spec.env`` cannot override these."""
 ENV_MCP_PREFIX = "ALPINEAGENTS_MCP_"

@@ -18,11 +18,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol, cast
 
+from . import collection
 from .errors import StateFormatError
 from .messages import Message, excerpt
 
 FORMAT_VERSION = 5
 READABLE_FORMATS = (4, 5)
+SEALED = "sealed"
+"""The field holding the ciphertext of an entry or info saved through an EncryptedStore
+(:mod:`alpineagents.store.encrypted`); a State whose info has it is read through one."""
 
 EntryKind = Literal[
     "message",
@@ -233,12 +237,13 @@ class State:
         for a format this version cannot read or a history with a gap.
         """
         entries, info = record
-        _check_format(state_id, info)
+        check_format(state_id, info)
         state = cls(state_id, parent_id=info.get("parent_id"))
-        for raw in _ordered(state_id, list(entries)):
-            entry = Entry.from_dict(raw)
-            state.history.append(entry)
-            state._replay(entry)
+        with collection.paused():
+            for raw in _ordered(state_id, list(entries)):
+                entry = Entry.from_dict(raw)
+                state.history.append(entry)
+                state._replay(entry)
         state.loaded_entries = len(state.history)
         state.close_open_turn(None)
         return state
@@ -508,8 +513,13 @@ def _message_text(message: Message) -> str:
     return f"{message.role}: {excerpt(message.text or '[content]')}"
 
 
-def _check_format(state_id: str, info: dict[str, Any]) -> None:
+def check_format(state_id: str, info: dict[str, Any]) -> None:
     """Refuse a State saved in a format this version cannot read (the one place that knows)."""
+    if SEALED in info:
+        raise StateFormatError(
+            f"State {state_id!r} is encrypted: read it through an EncryptedStore (store URL "
+            f"option encrypted=true) with its keys in ALPINEAGENTS_ENCRYPTION_KEYS"
+        )
     version = info.get("v")
     if version not in READABLE_FORMATS:
         readable = " and ".join(str(v) for v in READABLE_FORMATS)

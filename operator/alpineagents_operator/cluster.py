@@ -38,13 +38,28 @@ def api_client_from_environment() -> Any:
     return config.new_client_from_config()
 
 
+class SecretConflict(Exception):
+    """A Secret the operator wanted to write exists and belongs to something else."""
+
+
 class PodRefused(Exception):
-    """The API server refused a pod (invalid, or forbidden by a quota or policy)."""
+    """The API server refused a pod or its spec Secret (invalid, too large, or forbidden
+    by a quota or policy)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"pod refused ({status}): {message}")
         self.status = status
         self.message = message
+
+
+def failure_text(error: BaseException) -> str:
+    """One line saying what went wrong: an API server's answer as its code and message
+    (without the headers, which differ every time), anything else as type and text."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(error, ApiException):
+        return f"the API server answered {error.status}: {_api_message(error)}"
+    return f"{type(error).__name__}: {error}"
 
 
 def _api_message(error: Any) -> str:
@@ -176,6 +191,76 @@ class Cluster:
         except ApiException as error:
             if error.status != 404:
                 raise
+
+    # ------------------------------------------------------------------ Secrets
+    def apply_secret(self, manifest: Mapping[str, Any]) -> None:
+        """Create the Secret, or replace the data and annotations of the one there.
+
+        The operator may create and patch Secrets, never read them. A Secret that exists
+        is only changed if its first owner is the same object (a JSON-patch ``test``), so
+        a Secret of someone else's with that name is never overwritten: that raises
+        :class:`SecretConflict`.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        meta = manifest["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        try:
+            _finish(
+                self._core.create_namespaced_secret(
+                    namespace, dict(manifest), _preload_content=False, _request_timeout=_TIMEOUT
+                )
+            )
+            return
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        owner_uid = meta["ownerReferences"][0]["uid"]
+        patch = [
+            {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": owner_uid},
+            {"op": "replace", "path": "/data", "value": dict(manifest["data"])},
+            {"op": "replace", "path": "/metadata/annotations", "value": dict(meta["annotations"])},
+        ]
+        try:
+            _finish(
+                self._core.patch_namespaced_secret(
+                    name,
+                    namespace,
+                    patch,
+                    _content_type="application/json-patch+json",
+                    _preload_content=False,
+                    _request_timeout=_TIMEOUT,
+                )
+            )
+        except ApiException as error:
+            if error.status == 422:  # the test failed: not ours (or has no owner)
+                raise SecretConflict(
+                    f"Secret {namespace}/{name} exists and does not belong to this AgentRun; "
+                    f"rename or delete it so the run's credentials can go there"
+                ) from None
+            raise
+
+    def apply_pod_secret(self, manifest: Mapping[str, Any]) -> None:
+        """:meth:`apply_secret` for a Secret a pod cannot start without (its spec): the
+        API server refusing it (400/413/422: over 1 MiB, ...) or a Secret of that name
+        owned by something else raise :class:`PodRefused`, as a refused pod would."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = manifest["metadata"]["name"]
+        try:
+            self.apply_secret(manifest)
+        except SecretConflict:
+            raise PodRefused(
+                409,
+                f"its Secret {name} exists and does not belong to this AgentRun; rename or "
+                f"delete that Secret",
+            ) from None
+        except ApiException as error:
+            if error.status in (400, 413, 422):
+                raise PodRefused(
+                    int(error.status), f"its Secret {name}: {_api_message(error)}"
+                ) from None
+            raise
 
     # ------------------------------------------------------------------ Events
     def post_event(self, run: Mapping[str, Any], event: RunEvent) -> None:

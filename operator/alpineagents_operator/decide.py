@@ -18,10 +18,12 @@ any                       pods of an older AgentRun    delete them (same name, o
                           with the same name
 any but terminal          own pod with an attempt      adopt it (a step created it and then failed
                           above status.attempt         to record it): attempt, pod, Pending
+any but terminal          name over 63 characters      Failed (InvalidName): no pod can carry it
+Succeeded/Failed          savedStateUnread             read the saved State; its facts → status
 Succeeded/Failed          anything                     nothing (stray live pods are deleted)
 (none)                    suspend                      Suspended, no pod
 (none)                    -                            create pod 1 → Pending
-Pending/Running           pod missing, recorded        lost ("PodDeleted")
+Pending/Running           pod missing, recorded        lost* ("PodDeleted")
 Pending/Running           pod missing, not recorded    create it
 Pending/Running           pod alive, suspend           delete it gracefully (SIGTERM: it saves) →
                                                        Suspended
@@ -30,12 +32,13 @@ Pending/Running           pod deleting, not by us      wait; lost ("PodStuckTerm
 Pending/Running           container running            Running
 Pending/Running           container waiting            Pending (+ reason/message of an error)
 Pending/Running           exit 0                       Succeeded, answer from the termination
-                                                       message (or the store)
+                                                       message (or the store); after attempt 1
+                                                       the saved State's facts (see below)
 Pending/Running           exit 65                      Failed (NotRetryable), no restart
 Pending/Running           exit 76                      WaitingForApproval + pendingApprovals
 Pending/Running           exit 77                      Failed (MaxTurns)
-Pending/Running           other exit, Evicted,         suspend: Suspended. Otherwise restarts+1;
-                          OOMKilled, node lost,        over maxRestarts: Failed
+Pending/Running           other exit, Evicted,         suspend: Suspended. Otherwise lost*:
+                          OOMKilled, node lost,        restarts+1; over maxRestarts: Failed
                           exit 143 / 75 / 137          (RestartLimitExceeded); else Interrupted
                                                        with nextAttemptAt = now + backoff
 Interrupted               suspend                      Suspended
@@ -50,11 +53,23 @@ Suspended                 pod exited 0 / 65 / 77       Succeeded / Failed (final
 Suspended                 suspend false                resume
 ========================  ===========================  ===========================================
 
+"Lost*" reads the saved State first: a pod can save its answer and be gone before its exit
+is seen, so a saved answer → Succeeded, a saved stop at max turns → Failed (MaxTurns), a
+saved stop for approvals → WaitingForApproval, none of them counting a loss. Only a State
+without an outcome (or one that cannot be read) makes it a loss.
+
+A run that ends after more than one pod reads the saved State too: the history, not the
+last pod's report, says which calls were aborted over all its pods (status.abortedCalls),
+its turns and usage. When the store cannot be read then, the run ends anyway with the
+report's facts and ``savedStateUnread``, and the saved State is read again later.
+
 "Resume" needs the saved State (``Decision.needs_saved`` asks the caller to load it and
 decide again): saved answer → Succeeded without a pod; saved stop at max turns → Failed;
 saved stop waiting for approvals that spec.approvals does not all answer →
 WaitingForApproval; otherwise fence the store (``claim_state``) and create pod
 ``attempt+1`` → Pending, recording lastSavedSeq and the calls loading closed as aborted.
+When the claim fails (:func:`claim_refused`) the pod is not created: the phase stays,
+reason ``FencingFailed`` says why, and the step is tried again with backoff.
 """
 
 from __future__ import annotations
@@ -82,6 +97,10 @@ ANSWER_LIMIT = 1000
 """Characters of the answer kept in ``status.answer`` (the full answer is in the store)."""
 STUCK_TERMINATING_SLACK = timedelta(seconds=30)
 """How long past its deletion deadline a pod may stay before its node counts as lost."""
+STORE_RETRY_SECONDS = 10.0
+"""How soon a finished run whose saved State could not be read tries again."""
+CLAIM_RETRY_MAX_SECONDS = 30.0
+"""Longest wait between two tries to claim a State before starting its replacement pod."""
 
 # Waiting reasons that mean "this will not start by itself soon": shown in status.
 _WAITING_ERRORS = frozenset(
@@ -157,21 +176,64 @@ def pod_refused(
 ) -> Decision:
     """The step after the API server refused to create pod ``attempt``.
 
-    An invalid pod (HTTP 400/422: a malformed ``resources``, ``env``, ``affinity``, ...)
-    will never be accepted: the run ends Failed with the server's words. Anything else
+    An invalid pod (HTTP 400/413/422: a malformed ``resources``, ``env``, ``affinity``, a
+    spec too large for its Secret, ...) will never be accepted: the run ends Failed with
+    the server's words. Anything else
     (403 from a quota, 5xx) may pass later: the run stays Pending, says why, and the
     step is tried again.
     """
-    step = _Step(run, (), None, now)
     name = pod_name_for(run.name, attempt)
-    if status in (400, 422):
-        return step._fail("PodInvalid", f"pod {name} was refused: {message}", {})
+    if status in (400, 413, 422):
+        return _Step(run, (), None, now)._fail(
+            "PodInvalid", f"pod {name} was refused: {message}", {}
+        )
+    return start_blocked(run, attempt, "PodRefused", f"pod {name} was refused: {message}", now)
+
+
+def start_blocked(
+    run: AgentRunView,
+    attempt: int,
+    reason: str,
+    message: str,
+    now: datetime,
+    retry_after: float = 10.0,
+) -> Decision:
+    """The step after pod ``attempt`` could not be started yet (a refusal that may pass,
+    store credentials that could not be minted, a State that could not be claimed): the
+    run keeps its phase, says why in ``reason``/``message`` (with a Warning Event when
+    the reason is new), and the step is tried again in ``retry_after`` seconds."""
+    events: tuple[RunEvent, ...] = ()
+    if run.status.raw.get("reason") != reason:
+        events = (RunEvent("Warning", reason, message),)
     # The phase stays: the step that wanted the pod is simply taken again later.
-    return step._to(
-        {"reason": "PodRefused", "message": f"pod {name} was refused: {message}"},
-        requeue_after=10.0,
-        note=f"pod {name} refused ({status}); trying again",
+    return _Step(run, (), None, now)._to(
+        {"reason": reason, "message": message},
+        events=events,
+        requeue_after=retry_after,
+        note=f"pod {pod_name_for(run.name, attempt)} not started ({reason}); trying again",
     )
+
+
+def claim_refused(
+    run: AgentRunView, attempt: int, error: str, failures: int, now: datetime
+) -> Decision:
+    """The step after the operator could not claim (fence) the run's State before
+    creating pod ``attempt``: that pod is not created (see :func:`start_blocked`).
+
+    A lost pod that still runs (its node cut off, a force delete) could otherwise write
+    into the State next to its successor. The reason is ``FencingFailed``, and the step
+    (read the saved State, claim, create) is taken again after a backoff that doubles
+    with each of the ``failures`` so far, up to :data:`CLAIM_RETRY_MAX_SECONDS`. It is
+    no restart: no pod was lost.
+    """
+    name = pod_name_for(run.name, attempt)
+    delay = min(CLAIM_RETRY_MAX_SECONDS, 2.0 ** max(0, failures - 1))
+    message = (
+        f"could not claim State {run.state_id} before starting pod {name}, so a lost pod "
+        f"that may still be running cannot be fenced off it: {error}; pod {name} starts "
+        f"once the claim succeeds (try {failures + 1} in {delay:g}s)"
+    )
+    return start_blocked(run, attempt, "FencingFailed", message, now, retry_after=delay)
 
 
 def conditions_for(
@@ -272,7 +334,12 @@ class _Step:
             )
         if status.phase in TERMINAL_PHASES:
             stray = tuple(p.name for p in self.own if p.alive and not p.deleting)
+            if status.saved_state_unread:
+                return self._catch_up(stray)
             return self._result(delete=stray, note="finished: stopping stray pods" if stray else "")
+        problem = run.name_problem
+        if problem is not None:
+            return self._fail("InvalidName", problem, {})
         self._adopt()
         status = self.status
         phase = status.phase
@@ -343,20 +410,29 @@ class _Step:
                 facts["turns"] = report.turns
             if report.usage is not None:
                 facts["usage"] = _usage(report.usage)
-        if outcome.kind == "answered":
+            if report.aborted:
+                facts["abortedCalls"] = self._aborted_with(report.aborted)
+        if outcome.kind in ("answered", "max_turns"):
             answer = report.answer if report else None
-            if answer is None:
-                if self.saved is None:
-                    return Decision(
-                        needs_saved=True, note="answered: reading the answer from the store"
-                    )
-                answer = self.saved.answer
+            # After more than one pod, only the history knows every call an earlier pod
+            # left aborted (a store outage may have hidden them from every step so far).
+            wanted = self.status.attempt > 1 or (outcome.kind == "answered" and answer is None)
+            if wanted and self.saved is None:
+                return Decision(needs_saved=True, note="finished: reading the saved State")
+            unread = wanted and self.saved is not None and self.saved.error is not None
+            if wanted and not unread:
                 facts.update(self._saved_facts())
-            return self._succeed(answer, facts, f"answered (pod {pod.name})")
+                if answer is None and self.saved is not None:
+                    answer = self.saved.answer
+            if unread:
+                facts["savedStateUnread"] = True
+            if outcome.kind == "answered":
+                decision = self._succeed(answer, facts, f"answered (pod {pod.name})")
+            else:
+                decision = self._fail("MaxTurns", outcome.message, facts)
+            return replace(decision, requeue_after=STORE_RETRY_SECONDS) if unread else decision
         if outcome.kind == "not_retryable":
             return self._fail("NotRetryable", outcome.message, facts)
-        if outcome.kind == "max_turns":
-            return self._fail("MaxTurns", outcome.message, facts)
         if outcome.kind == "waiting":
             pending = report.pending_approvals if report else ()
             if not pending:
@@ -469,9 +545,6 @@ class _Step:
         }
         if saved.exists and saved.error is None:
             changes.update(self._saved_facts())
-            aborted = list(dict.fromkeys([*status.aborted_calls, *saved.aborted_calls]))
-            if aborted:
-                changes["abortedCalls"] = aborted
             seq = saved.last_saved_seq
             new = [c for c in saved.aborted_calls if c not in status.aborted_calls]
             closed = f"; calls closed as aborted: {', '.join(new)}" if new else ""
@@ -494,6 +567,25 @@ class _Step:
     def _lost(
         self, pod_name: str, reason: str, message: str, facts: JSON | None = None
     ) -> Decision:
+        # A pod can save its outcome and be gone before its exit was seen (deleted,
+        # its node lost): what the store holds decides whether anything was lost.
+        saved = self.saved
+        if saved is None:
+            return Decision(
+                needs_saved=True, note=f"pod {pod_name} gone ({reason}): reading the saved State"
+            )
+        if saved.exists and saved.error is None:
+            known = {**(facts or {}), **self._saved_facts()}
+            gone = f"pod {pod_name} was gone ({reason})"
+            if saved.answer is not None:
+                return self._succeed(saved.answer, known, f"{gone} after saving its answer")
+            if saved.stopped == "max_turns":
+                return self._fail(
+                    "MaxTurns", f"{gone}; its saved State stopped at the turn limit", known
+                )
+            if saved.stopped == "waiting_for_approval" and saved.pending_approvals:
+                return self._wait_for_approval(saved.pending_approvals, known)
+            facts = known
         policy = self.run.restart_policy
         restarts = self.status.restarts + 1
         lost = RunEvent("Warning", "PodLost", f"{message} ({reason})")
@@ -547,16 +639,11 @@ class _Step:
         )
 
     def _succeed(self, answer: str | None, facts: JSON, why: str) -> Decision:
-        text = (
-            answer
-            if answer is None or len(answer) <= ANSWER_LIMIT
-            else answer[: ANSWER_LIMIT - 1] + "…"
-        )
         return self._to(
             {
                 **facts,
                 "phase": Phase.SUCCEEDED,
-                "answer": text,
+                "answer": _answer_text(answer),
                 "completedAt": format_time(self.now),
                 "nextAttemptAt": None,
                 "pendingApprovals": None,
@@ -604,7 +691,32 @@ class _Step:
             note="waiting for approval",
         )
 
+    def _catch_up(self, stray: tuple[str, ...]) -> Decision:
+        """A finished run whose saved State could not be read when it ended: read it now,
+        so status (abortedCalls above all) agrees with the history."""
+        saved = self.saved
+        if saved is None:
+            return Decision(needs_saved=True, note="finished: reading the saved State it missed")
+        if saved.error is not None:
+            return self._result(
+                delete=stray,
+                requeue_after=STORE_RETRY_SECONDS,
+                note=f"finished, saved State still unreadable: {saved.error}",
+            )
+        changes: JSON = {**self._saved_facts(), "savedStateUnread": None}
+        if (
+            self.status.phase == Phase.SUCCEEDED
+            and saved.answer is not None
+            and not self.status.raw.get("answer")
+        ):
+            changes["answer"] = _answer_text(saved.answer)
+        return self._to(changes, delete=stray, note="status brought in line with the saved State")
+
     # ------------------------------------------------------------------ bookkeeping
+    def _aborted_with(self, more: Iterable[str]) -> list[str]:
+        """status.abortedCalls with ``more`` added (calls only ever join the history)."""
+        return list(dict.fromkeys([*self.status.aborted_calls, *more]))
+
     def _adopt(self) -> None:
         numbered = [p for p in self.own if p.attempt is not None]
         newest = max(numbered, key=lambda p: p.attempt or 0, default=None)
@@ -657,6 +769,9 @@ class _Step:
         facts: JSON = {"turns": saved.turns, "usage": _usage(saved.usage)}
         if saved.last_saved_seq is not None:
             facts["lastSavedSeq"] = saved.last_saved_seq
+        aborted = self._aborted_with(saved.aborted_calls)
+        if aborted:
+            facts["abortedCalls"] = aborted
         return facts
 
     def _to(
@@ -751,6 +866,13 @@ def _outcome(pod: PodView) -> _Outcome:
         return _Outcome("lost", "Killed", f"pod {name} was killed (SIGKILL, exit 137)")
     error = (report.error if report else None) or _tail(exit_info.message) or "no message"
     return _Outcome("lost", "Error", f"pod {name} exited {code}: {error}")
+
+
+def _answer_text(answer: str | None) -> str | None:
+    """The answer as status holds it: its first :data:`ANSWER_LIMIT` characters."""
+    if answer is None or len(answer) <= ANSWER_LIMIT:
+        return answer
+    return answer[: ANSWER_LIMIT - 1] + "…"
 
 
 def _usage(usage: Mapping[str, int]) -> JSON:

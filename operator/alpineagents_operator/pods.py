@@ -7,26 +7,46 @@ privilege escalation, no capabilities, the runtime's seccomp profile, and no
 service-account token. Writable space is two emptyDirs: ``/tmp`` and the working
 directory ``/work``.
 
-Environment (the runner's contract, :mod:`alpineagents.pod_contract`): ``ALPINEAGENTS_SPEC`` (the
-AgentRun's spec as JSON), ``ALPINEAGENTS_STORE``, ``ALPINEAGENTS_STATE_ID``,
-``ANTHROPIC_API_KEY`` and the store credentials from Secrets (``secretKeyRef``),
-``ANTHROPIC_BASE_URL`` when the operator has one, ``TERMINATION_MESSAGE_PATH``, and one
-``ALPINEAGENTS_MCP_*`` variable per Secret reference of ``spec.mcpServers`` (a header or a
-stdio server's env value, ``secretKeyRef``: the value never passes through the
-AgentRun). The AgentRun's own ``spec.env`` may override the model and store variables,
-not the ``ALPINEAGENTS_*`` ones nor ``TERMINATION_MESSAGE_PATH``.
+The AgentRun's spec reaches the pod as a file: a Secret per attempt (:func:`spec_secret`,
+``<pod>-spec``, owned by the AgentRun, unchanged once its pod exists) mounted read-only at
+:data:`SPEC_DIR`. An environment variable could not carry it: exec refuses any single
+variable over 128 KiB (``Argument list too long``), so a long prompt could never start.
+A Secret rather than a ConfigMap because prompts and ``spec.env`` values may be
+confidential, and the ``view`` role reads ConfigMaps; it holds up to 1 MiB, and the CRD
+refuses a prompt that could not fit.
+
+Environment (the runner's contract, :mod:`alpineagents.pod_contract`):
+``ALPINEAGENTS_SPEC_FILE`` (where the spec is, as JSON), ``ALPINEAGENTS_STORE``,
+``ALPINEAGENTS_STATE_ID``,
+``ANTHROPIC_API_KEY`` from its Secret (``secretKeyRef``), ``ANTHROPIC_BASE_URL`` when the
+operator has one, ``TERMINATION_MESSAGE_PATH``, and one ``ALPINEAGENTS_MCP_*`` variable per
+Secret reference of ``spec.mcpServers`` (a header or a stdio server's env value,
+``secretKeyRef``: the value never passes through the AgentRun). The AgentRun's own
+``spec.env`` may override the model and store variables, not the ``ALPINEAGENTS_*`` ones nor
+``TERMINATION_MESSAGE_PATH``.
+
+Store credentials: with per-run credentials (the default, for ``s3://`` stores) the pod
+mounts its run's own Secret (``<run>-store-credentials``, see
+:mod:`alpineagents_operator.run_credentials`) read-only at :data:`CREDENTIALS_MOUNT` and
+gets ``AWS_ACCESS_KEY_ID_FILE``, ``AWS_SECRET_ACCESS_KEY_FILE`` and
+``AWS_SESSION_TOKEN_FILE`` pointing there (files, so renewals reach a running pod);
+it never gets the store Secret. With ``shared`` credentials it gets the store Secret's
+key as ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 from alpineagents.pod_contract import (
     API_VERSION,
     ENV_ATTEMPT,
+    ENV_ENCRYPTION_KEYS,
     ENV_PREFIX,
-    ENV_SPEC,
+    ENV_SECRET_NAMES,
+    ENV_SPEC_FILE,
     ENV_STATE_ID,
     ENV_STORE,
     ENV_TERMINATION_MESSAGE_PATH,
@@ -43,6 +63,7 @@ from .views import (
     RUN_LABEL,
     STATE_ANNOTATION,
     AgentRunView,
+    credentials_secret_name,
     pod_name_for,
 )
 
@@ -50,6 +71,16 @@ WORK_DIR = "/work"
 RUN_AS_USER = 65532  # the distroless "nonroot" user
 GRACE_SECONDS = 30
 """Time between SIGTERM and SIGKILL: the runner saves and exits well within it."""
+SPEC_DIR = "/etc/alpineagents"
+"""Where the spec Secret is mounted (read-only)."""
+SPEC_KEY = "spec.json"
+"""The spec's file name in :data:`SPEC_DIR` (its key in the Secret)."""
+_SPEC_VOLUME = "spec"
+_SPEC_FILE_MODE = 0o440  # owner and group (fsGroup): the runner's user reads it, no one else
+CREDENTIALS_MOUNT = "/var/run/secrets/alpineagents/store"
+CREDENTIALS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+"""The keys of a run's credentials Secret, each a file under :data:`CREDENTIALS_MOUNT`."""
+_CREDENTIALS_VOLUME = "store-credentials"
 
 
 def run_labels(run_name: str) -> dict[str, str]:
@@ -79,6 +110,71 @@ def store_url(run: AgentRunView, config: OperatorConfig) -> str:
     return str(run.spec.get("store") or config.store)
 
 
+def spec_secret_name(run_name: str, attempt: int) -> str:
+    """The Secret holding the spec for pod ``attempt`` (``<pod>-spec``)."""
+    return f"{pod_name_for(run_name, attempt)}-spec"
+
+
+def spec_secret(run: AgentRunView, attempt: int) -> JSON:
+    """The Secret with the AgentRun's spec for pod ``attempt``, as the pod reads it.
+
+    One per attempt, written before its pod is created and never changed after, so a pod
+    always reads the spec it was created for (spec.approvals change between attempts) and
+    no kubelet cache can serve an older one. They go with the AgentRun that owns them.
+    """
+    text = json.dumps(dict(run.spec), sort_keys=True, ensure_ascii=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": spec_secret_name(run.name, attempt),
+            "namespace": run.namespace,
+            "labels": {**run_labels(run.name), ATTEMPT_LABEL: str(attempt)},
+            "annotations": {STATE_ANNOTATION: run.state_id},
+            "ownerReferences": [owner_reference(run)],
+        },
+        "type": "Opaque",
+        "data": {SPEC_KEY: base64.b64encode(text.encode("utf-8")).decode("ascii")},
+    }
+
+
+def uses_run_credentials(run: AgentRunView, config: OperatorConfig) -> bool:
+    """Whether the run's pods get credentials of their own (per-run mode, an S3 store)."""
+    return config.per_run_credentials and store_url(run, config).lower().startswith("s3://")
+
+
+def forbidden_secret_refs(run: AgentRunView, config: OperatorConfig) -> str | None:
+    """Why the run may not have a pod: its ``env``/``envFrom`` (or an MCP server's header
+    or env, ``spec.mcpServers``) names the store Secret.
+
+    With per-run credentials the store Secret holds the key to every run's history; the
+    operator references it for nobody, and refuses an AgentRun that asks for it.
+    """
+    if not (config.per_run_credentials and config.store_secret):
+        return None
+    spec = run.spec
+    named = (
+        [
+            ((item.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
+            for item in spec.get("env") or []
+            if isinstance(item, dict)
+        ]
+        + [
+            (item.get("secretRef") or {}).get("name")
+            for item in spec.get("envFrom") or []
+            if isinstance(item, dict)
+        ]
+        + [ref.secret for ref in mcp_secret_refs(spec)]
+    )
+    if config.store_secret in named:
+        return (
+            f"spec.env/envFrom/mcpServers refers to Secret {config.store_secret!r}, the store's "
+            f"broad key: run pods get credentials for their own run only. Remove the "
+            f"reference (the runner needs no store key of its own)"
+        )
+    return None
+
+
 def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSON:
     """The Pod for attempt ``attempt`` of ``run`` (name ``<run>-<attempt>``)."""
     spec = run.spec
@@ -104,12 +200,36 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "work", "mountPath": WORK_DIR},
+            {"name": _SPEC_VOLUME, "mountPath": SPEC_DIR, "readOnly": True},
         ],
     }
+    volumes: list[JSON] = [
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "work", "emptyDir": {}},
+        {
+            "name": _SPEC_VOLUME,
+            "secret": {
+                "secretName": spec_secret_name(run.name, attempt),
+                "defaultMode": _SPEC_FILE_MODE,
+            },
+        },
+    ]
+    if uses_run_credentials(run, config):
+        container["volumeMounts"].append(
+            {"name": _CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_MOUNT, "readOnly": True}
+        )
+        volumes.append(
+            {
+                "name": _CREDENTIALS_VOLUME,
+                # Readable by the run's group only (fsGroup); updated in place by the
+                # kubelet when the operator renews the credentials.
+                "secret": {"secretName": credentials_secret_name(run.name), "defaultMode": 0o440},
+            }
+        )
     if spec.get("envFrom"):
         container["envFrom"] = list(spec["envFrom"])
-    if spec.get("resources"):
-        container["resources"] = dict(spec["resources"])
+    # Always limited: the AgentRun's own resources, else the operator's defaults.
+    container["resources"] = dict(spec.get("resources") or config.run_resources)
     pod_spec: JSON = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -123,10 +243,7 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
-        "volumes": [
-            {"name": "tmp", "emptyDir": {}},
-            {"name": "work", "emptyDir": {}},
-        ],
+        "volumes": volumes,
     }
     service_account = spec.get("serviceAccountName") or config.service_account
     if service_account:
@@ -154,7 +271,7 @@ def _secret_env(name: str, secret: str, key: str) -> JSON:
 
 def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
     ours: list[JSON] = [
-        {"name": ENV_SPEC, "value": json.dumps(dict(run.spec), sort_keys=True)},
+        {"name": ENV_SPEC_FILE, "value": f"{SPEC_DIR}/{SPEC_KEY}"},
         {"name": ENV_STORE, "value": store_url(run, config)},
         {"name": ENV_STATE_ID, "value": run.state_id},
         {"name": ENV_ATTEMPT, "value": str(attempt)},
@@ -167,18 +284,36 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         )
     if config.anthropic_base_url:
         ours.append({"name": "ANTHROPIC_BASE_URL", "value": config.anthropic_base_url})
-    if config.store_secret:
+    if config.encryption_secret:
+        ours.append(
+            _secret_env(ENV_ENCRYPTION_KEYS, config.encryption_secret, config.encryption_secret_key)
+        )
+    if uses_run_credentials(run, config):
+        ours += [
+            {"name": f"{key}_FILE", "value": f"{CREDENTIALS_MOUNT}/{key}"}
+            for key in CREDENTIALS_KEYS
+        ]
+    elif config.store_secret and not config.per_run_credentials:
         ours.append(_secret_env("AWS_ACCESS_KEY_ID", config.store_secret, config.store_access_key))
         ours.append(
             _secret_env("AWS_SECRET_ACCESS_KEY", config.store_secret, config.store_secret_key)
         )
     # The runner's contract variables are the operator's; the rest the AgentRun may override.
     fixed = {item["name"] for item in ours if str(item["name"]).startswith(ENV_PREFIX)}
-    fixed.add(ENV_TERMINATION_MESSAGE_PATH)
+    fixed |= {ENV_TERMINATION_MESSAGE_PATH, ENV_SECRET_NAMES}
     theirs: list[Any] = [
         item
         for item in run.spec.get("env") or []
         if not (isinstance(item, dict) and item.get("name") in fixed)
     ]
     taken = {item.get("name") for item in theirs if isinstance(item, dict)}
-    return [item for item in ours if item["name"] not in taken] + theirs
+    env = [item for item in ours if item["name"] not in taken] + theirs
+    # Tell the runner which values come from Secrets, so it masks them wherever it writes.
+    from_secrets = [
+        str(item["name"])
+        for item in env
+        if isinstance(item, dict) and "secretKeyRef" in (item.get("valueFrom") or {})
+    ]
+    if from_secrets:
+        env.append({"name": ENV_SECRET_NAMES, "value": ",".join(from_secrets)})
+    return env

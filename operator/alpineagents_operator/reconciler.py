@@ -18,14 +18,22 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from alpineagents import Store, open_store
+from alpineagents.store import redact
 
 from . import saved_state
-from .cluster import Cluster, PodRefused
+from .cluster import Cluster, PodRefused, failure_text
 from .config import OperatorConfig
-from .decide import Decision, decide, pod_refused
+from .credential_issuer import RunCredentialIssuer
+from .decide import Decision, claim_refused, decide, pod_refused, start_blocked
 from .metrics import OperatorMetrics
-from .pods import pod_manifest, store_url
-from .views import JSON, AgentRunView, PodView, SavedView
+from .pods import (
+    forbidden_secret_refs,
+    pod_manifest,
+    spec_secret,
+    store_url,
+    uses_run_credentials,
+)
+from .views import JSON, AgentRunView, PodView, SavedView, labels_pods
 
 _log = logging.getLogger(__name__)
 _MAX_STEPS = 8  # per call; a healthy run converges in 3 (lost → Interrupted → resumed)
@@ -59,8 +67,16 @@ class Reconciler:
         self._timers: dict[RunKey, tuple[float, asyncio.TimerHandle]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stores: dict[str, Store] = {}
+        self._stores_with_bucket: set[str] = set()
+        self._fencers: dict[str, Store] = {}
+        """Store instances that only claim (never read): see :meth:`_fence`."""
+        self._claim_failures: dict[RunKey, int] = {}
+        self._resync_errors: dict[RunKey, str] = {}
+        """The last error each run's resync step logged (so it is logged once)."""
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
+        self.credentials = RunCredentialIssuer(config, cluster, clock=clock, open_store=self._store)
+        """Gives each pod its own short-lived store credentials (see its module)."""
         self.last_step_at = 0.0
         """Monotonic time of the last finished step (the liveness probe reports it)."""
 
@@ -118,11 +134,29 @@ class Reconciler:
         named: list[str | None] = [
             n for n in self.config.namespaces if not any(c in n for c in "*?[")
         ]
+        seen: set[RunKey] = set()
         for namespace in named or [None]:
             bodies = await asyncio.to_thread(self.cluster.list_runs, namespace)
             for body in bodies:
                 meta = body.get("metadata") or {}
-                await self.reconcile(str(meta.get("namespace")), str(meta.get("name")))
+                key = (str(meta.get("namespace")), str(meta.get("name")))
+                seen.add(key)
+                await self._resync_one(key)
+        for gone in set(self._resync_errors) - seen:
+            del self._resync_errors[gone]
+
+    async def _resync_one(self, key: RunKey) -> None:
+        """One run's resync step. Its failure is that run's alone: it is logged (once
+        while it stays the same) and the resync goes on with the next run."""
+        try:
+            await self.reconcile(*key)
+        except Exception as error:  # any failure: one bad run must not end the net for all
+            text = failure_text(error)
+            if self._resync_errors.get(key) != text:
+                _log.warning("%s/%s: resync step failed (%s); other runs go on", *key, text)
+            self._resync_errors[key] = text
+        else:
+            self._resync_errors.pop(key, None)
 
     def close(self) -> None:
         for _, handle in self._timers.values():
@@ -134,6 +168,8 @@ class Reconciler:
     async def stop_run(self, namespace: str, name: str) -> int:
         """Delete a deleted run's live pods gracefully; returns how many pods still
         exist (the onDelete=Delete handler waits for 0 before deleting the State)."""
+        if not labels_pods(name):
+            return 0  # no pod can carry its name (and a selector by it is refused)
         pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
         remaining = 0
         for raw in pods:
@@ -160,22 +196,29 @@ class Reconciler:
             await self.stop_run(namespace, name)
             self.metrics.record_phase(namespace, name, None)
             self._due_at.pop((namespace, name), None)
+            self._claim_failures.pop((namespace, name), None)
             return None
         run = AgentRunView.from_body(body)
-        raw_pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
+        raw_pods: list[JSON] = []
+        if labels_pods(name):  # else no pod can exist, and a selector by it is refused
+            raw_pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
         pods = [PodView.from_pod(p) for p in raw_pods]
         decision = decide(run, pods, None, self._clock())
         if decision.needs_saved:
             saved = await self._read_saved(run)
             decision = decide(run, pods, saved, self._clock())
-        return await self._apply(run, body, decision)
+        applied = await self._apply(run, body, decision)
+        renew_in = await self.credentials.renew_if_due(run, pods)
+        if renew_in is not None:
+            self.requeue(namespace, name, renew_in)
+        return applied
 
     async def _read_saved(self, run: AgentRunView) -> SavedView:
         url = store_url(run, self.config)
         try:
             store = self._store(url)
         except Exception as error:  # a bad URL: let the pod report it in its own words
-            return SavedView(exists=False, error=f"cannot open store {url!r}: {error}")
+            return SavedView(exists=False, error=f"cannot open store {redact(url)!r}: {error}")
         return await asyncio.to_thread(saved_state.read_saved, store, run.state_id)
 
     async def _apply(self, run: AgentRunView, body: JSON, decision: Decision) -> Decision:
@@ -186,12 +229,33 @@ class Reconciler:
             _log.info("%s/%s: %s", run.namespace, run.name, decision.note)
         for pod_name in decision.delete_pods:
             await asyncio.to_thread(self.cluster.delete_pod, run.namespace, pod_name)
-        if decision.claim_state:
-            store = self._store(store_url(run, self.config))
-            await asyncio.to_thread(saved_state.claim, store, run.state_id)
+        if decision.claim_state and decision.create_pod is not None:
+            problem = await self._fence(run)
+            if problem is not None:
+                failures = self._claim_failures[key] = self._claim_failures.get(key, 0) + 1
+                _log.warning("%s/%s: could not claim State %s: %s", *key, run.state_id, problem)
+                refused = claim_refused(run, decision.create_pod, problem, failures, self._clock())
+                return await self._apply(run, body, refused)
+            self._claim_failures.pop(key, None)
         if decision.create_pod is not None:
+            forbidden = forbidden_secret_refs(run, self.config)
+            if forbidden is not None:
+                invalid = pod_refused(run, decision.create_pod, 422, forbidden, self._clock())
+                return await self._apply(run, body, invalid)
+            if uses_run_credentials(run, self.config):
+                await self._make_bucket_exist(run)
+            blocked = await self.credentials.before_pod(run, body)
+            if blocked is not None:
+                _log.warning("%s/%s: %s", *key, blocked)
+                waiting = start_blocked(
+                    run, decision.create_pod, "CredentialsUnavailable", blocked, self._clock()
+                )
+                return await self._apply(run, body, waiting)
             manifest = pod_manifest(run, decision.create_pod, self.config)
             try:
+                await asyncio.to_thread(
+                    self.cluster.apply_pod_secret, spec_secret(run, decision.create_pod)
+                )
                 created = await asyncio.to_thread(self.cluster.create_pod, manifest)
             except PodRefused as refusal:
                 _log.warning("%s/%s: %s", *key, refusal)
@@ -220,6 +284,36 @@ class Reconciler:
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
         return decision
+
+    async def _make_bucket_exist(self, run: AgentRunView) -> None:
+        """Have the operator's store create a missing bucket before a pod with credentials
+        of its own starts: those reach the run's State folder only, so the first run on a
+        new store (a fresh bundled MinIO) would fail with NoSuchBucket and restart.
+        Reading the State does it (a MinioStore creates its bucket on first use)."""
+        url = store_url(run, self.config)
+        if url in self._stores_with_bucket:
+            return
+        saved = await self._read_saved(run)
+        if saved.error is None:
+            self._stores_with_bucket.add(url)
+
+    async def _fence(self, run: AgentRunView) -> str | None:
+        """Claim the run's State so a lost pod still running can write no more into it;
+        returns why that failed (None: claimed, or the store has no claims).
+
+        The claim goes through a store instance that never reads: a store that read the
+        State claims only if nobody wrote since its read, and the lost pod writing is
+        just what the claim is for. This one takes over whatever is saved now.
+        """
+        url = store_url(run, self.config)
+        try:
+            store = self._fencers.get(url)
+            if store is None:
+                store = self._fencers[url] = self._open_store(url)
+            await asyncio.to_thread(saved_state.claim, store, run.state_id)
+        except Exception as error:  # any failure: the replacement waits and tries again
+            return f"{type(error).__name__}: {error}"
+        return None
 
     def _store(self, url: str) -> Store:
         store = self._stores.get(url)

@@ -70,17 +70,22 @@ def read_saved(store: Store, state_id: str) -> SavedView:
 def claim(store: Store, state_id: str) -> bool:
     """Fence earlier writers of ``state_id`` if the store supports it (MinioStore does).
 
-    Returns whether the store has a ``claim``. A failure is logged and not raised: the
-    replacement pod claims the State again when it starts.
+    Returns whether the store has a ``claim``; raises what the claim raises (the
+    operator then does not start the replacement pod, see ``reconcile.claim_refused``).
     """
     method: Callable[[str], Any] | None = getattr(store, "claim", None)
     if not callable(method):
         return False
-    try:
-        method(state_id)
-    except Exception as error:  # fencing is best effort here; the runner claims too
-        _log.warning("could not claim State %s: %s", state_id, error)
+    method(state_id)
     return True
+
+
+def prepare(store: Store) -> None:
+    """Make the store ready for new States where the operator's key may and the pods' may
+    not: MinioStore's bucket is created if it is missing (per-run credentials cannot)."""
+    method: Callable[[], Any] | None = getattr(store, "ensure_bucket", None)
+    if callable(method):
+        method()
 
 
 def delete_state(store: Store, state_id: str) -> None:

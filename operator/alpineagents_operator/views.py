@@ -13,7 +13,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from alpineagents.pod_contract import GROUP, KIND, VERSION, PendingApproval, TerminationMessage
+from alpineagents.pod_contract import (
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    PendingApproval,
+    TerminationMessage,
+    state_id_for,
+)
 
 __all__ = [
     "ATTEMPT_LABEL",
@@ -41,12 +49,14 @@ __all__ = [
     "state_id_for",
 ]
 
-PLURAL = "agentruns"
 CONTAINER_NAME = "agent"
 """The agent pod's one container (the operator names it, and reads its state)."""
 RUN_LABEL = f"{GROUP}/run"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 STATE_ANNOTATION = f"{GROUP}/state-id"
+MAX_NAME_LENGTH = 63
+"""Longest AgentRun name: the name is the value of its pods' run label, and label values
+are at most 63 characters (the CRD refuses longer names; this guards older objects)."""
 
 JSON = dict[str, Any]
 
@@ -82,18 +92,19 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def state_id_for(namespace: str, name: str, uid: str) -> str:
-    """The saved State's id for one AgentRun.
-
-    The uid part keeps a new AgentRun from resuming the State of an earlier, deleted one
-    that had the same name.
-    """
-    return f"{namespace}.{name}.{uid[:8]}"
+def labels_pods(run_name: str) -> bool:
+    """Whether ``run_name`` can be the value of its pods' run label (so they can exist)."""
+    return len(run_name) <= MAX_NAME_LENGTH
 
 
 def pod_name_for(run_name: str, attempt: int) -> str:
     """Pod names carry the attempt, so a retried step finds (and adopts) its own pod."""
     return f"{run_name}-{attempt}"
+
+
+def credentials_secret_name(run_name: str) -> str:
+    """The Secret holding a run's own short-lived store credentials."""
+    return f"{run_name}-store-credentials"
 
 
 # --------------------------------------------------------------------------- AgentRun
@@ -138,6 +149,8 @@ class RunStatus:
     pending_approvals: tuple[PendingApproval, ...] = ()
     aborted_calls: tuple[str, ...] = ()
     started_at: str | None = None
+    saved_state_unread: bool = False
+    """The run ended while the store could not be read: its facts await the saved State."""
     raw: Mapping[str, Any] = field(default_factory=dict)
     """The whole status as read, to compare new values against."""
 
@@ -160,6 +173,7 @@ class RunStatus:
             pending_approvals=PendingApproval.parse_all(raw.get("pendingApprovals")),
             aborted_calls=tuple(str(a) for a in aborted) if isinstance(aborted, list) else (),
             started_at=raw.get("startedAt") or None,
+            saved_state_unread=bool(raw.get("savedStateUnread")),
             raw=raw,
         )
 
@@ -197,6 +211,18 @@ class AgentRunView:
     @property
     def state_id(self) -> str:
         return self.status.state_id or state_id_for(self.namespace, self.name, self.uid)
+
+    @property
+    def name_problem(self) -> str | None:
+        """Why this run's name cannot work (None: it can). A longer name than
+        :data:`MAX_NAME_LENGTH` cannot label its pods, so no pod of it can exist."""
+        if labels_pods(self.name):
+            return None
+        return (
+            f"metadata.name is {len(self.name)} characters, more than the "
+            f"{MAX_NAME_LENGTH} a label value may have (it labels the run's pods): create "
+            f"the AgentRun again with a shorter name"
+        )
 
     @property
     def delete_saved_state(self) -> bool:

@@ -79,10 +79,10 @@ class PauseAt:
         if self.instant == "save":
             return event == "call" and own and name in ("save", "asave")
         if self.instant == "write":
-            return event == "call" and own and name == "write"
+            return event == "call" and own and name in ("write", "awrite")
         if self.instant == "fsync":
             return event == "c_call" and arg is os.fsync
-        return event == "return" and own and name == "write"  # "written"
+        return event == "return" and own and name in ("write", "awrite")  # "written"
 
 
 def main(connection: Connection, store_url: str, state_id: str, instant: str, mode: str) -> None:

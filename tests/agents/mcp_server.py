@@ -1,10 +1,11 @@
 """A real MCP server for the tests, built with the SDK's own server API (MCPServer).
 
-Usage: python -m tests.agents.mcp_server (http|stdio) CALLS_FILE [--variant 2]
+Usage: python -m tests.agents.mcp_server (http|stdio) CALLS_FILE [--variant 2] [--host ADDRESS]
 
 Every tool call appends one line ``<tool> <arguments as JSON>`` to CALLS_FILE (fsynced
 before the tool answers), so a test can count what the server really ran. Over HTTP it
-listens on a free loopback port and prints ``listening <url>``; ``slow`` prints
+listens on a free port of ``--host`` (default loopback; the real node's bridge address
+for pods to reach it) and prints ``listening <url>``; ``slow`` prints
 ``slow started`` and then waits until the server is stopped. ``--variant 2`` serves a
 changed list (no ``add``, a new ``multiply``), as a server that was upgraded would.
 """
@@ -12,6 +13,7 @@ changed list (no ``add``, a new ``multiply``), as a server that was upgraded wou
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -27,6 +29,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("transport", choices=["http", "stdio"])
 parser.add_argument("calls")
 parser.add_argument("--variant", type=int, default=1)
+parser.add_argument("--host", default="127.0.0.1")
 options = parser.parse_args()
 
 server = MCPServer("alpineagents-test")
@@ -86,21 +89,30 @@ async def slow(label: str) -> str:
 
 @server.tool()
 def whoami(ctx: Context) -> str:
-    """Says which Authorization header the request carried."""
+    """Says which Authorization header the request carried, as its SHA-256 (so the
+    history a test reads proves the header arrived without holding the secret)."""
     record("whoami")
-    request = ctx.request_context.request
-    headers = getattr(request, "headers", None)
-    return str(headers.get("authorization", "(none)")) if headers is not None else "(stdio)"
+    headers = getattr(ctx.request_context.request, "headers", None)
+    if headers is None:
+        return "(stdio)"
+    return digest(headers.get("authorization", "(none)"))
+
+
+def digest(value: str) -> str:
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
 
 
 async def serve_http() -> None:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
+    listener.bind((options.host, 0))
+    listener.listen(128)  # connections wait in the backlog until uvicorn serves them
     port = listener.getsockname()[1]
-    app = server.streamable_http_app()
+    # The SDK turns its DNS-rebinding guard on for a loopback host only: told the bridge
+    # address, it accepts the Host header pods send.
+    app = server.streamable_http_app(host=options.host)
     config = uvicorn.Config(app, log_level="warning")
-    print(f"listening http://127.0.0.1:{port}/mcp", flush=True)
+    print(f"listening http://{options.host}:{port}/mcp", flush=True)
     await uvicorn.Server(config).serve(sockets=[listener])
 
 

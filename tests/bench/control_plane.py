@@ -25,11 +25,11 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -59,28 +59,42 @@ class _Certificates:
     controller_manager: _Pem
     service_account_key: bytes
     service_account_public: bytes
+    clients: dict[str, _Pem] = field(default_factory=dict)
+    """More client certificates, by the name the caller gave each."""
 
 
-_SERVING_NAMES = ("localhost", "kubernetes.default.svc")
+ClientIdentity = tuple[str, str | None]
+"""A client certificate's user (common name) and group (organization, or None)."""
+
+_SERVING_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
 _SERVING_IPS = ("127.0.0.1", "10.96.0.1")  # loopback, and the service CIDR's first address
 
 
-def _make_certificates(scratch: Path) -> _Certificates:
+def _make_certificates(
+    scratch: Path,
+    serving_ips: tuple[str, ...] = (),
+    clients: Mapping[str, ClientIdentity] | None = None,
+) -> _Certificates:
     """A throwaway CA, its serving and client certificates, and a service-account key.
 
-    Made with the ``cryptography`` package when it is installed (no dependency of this
-    project pulls it in), else with the ``openssl`` command line in ``scratch``.
+    ``serving_ips`` are more addresses the serving certificate is valid for; ``clients``
+    more client certificates to issue. Made with the ``cryptography`` package when it is
+    installed (no dependency of this project pulls it in), else with the ``openssl``
+    command line in ``scratch``.
     """
+    ips = (*_SERVING_IPS, *serving_ips)
     try:
         import cryptography  # noqa: F401
     except ImportError:
         if shutil.which("openssl") is None:
             missing("certificate tooling", "pip install cryptography, or install openssl")
-        return _make_certificates_with_openssl(scratch)
-    return _make_certificates_with_cryptography()
+        return _make_certificates_with_openssl(scratch, ips, dict(clients or {}))
+    return _make_certificates_with_cryptography(ips, dict(clients or {}))
 
 
-def _make_certificates_with_openssl(scratch: Path) -> _Certificates:
+def _make_certificates_with_openssl(
+    scratch: Path, serving_ips: tuple[str, ...], clients: dict[str, ClientIdentity]
+) -> _Certificates:
     scratch.mkdir(parents=True, exist_ok=True)
 
     def openssl(*args: str) -> None:
@@ -99,7 +113,7 @@ def _make_certificates_with_openssl(scratch: Path) -> _Certificates:
                 "-subj", subject)  # fmt: skip
         extensions = ["basicConstraints=critical,CA:FALSE"]
         if server:
-            alt_names = [f"DNS:{n}" for n in _SERVING_NAMES] + [f"IP:{i}" for i in _SERVING_IPS]
+            alt_names = [f"DNS:{n}" for n in _SERVING_NAMES] + [f"IP:{i}" for i in serving_ips]
             extensions += ["extendedKeyUsage=serverAuth", "subjectAltName=" + ",".join(alt_names)]
         else:
             extensions.append("extendedKeyUsage=clientAuth")
@@ -125,10 +139,20 @@ def _make_certificates_with_openssl(scratch: Path) -> _Certificates:
         controller_manager=controller_manager,
         service_account_key=(scratch / "sa.key").read_bytes(),
         service_account_public=(scratch / "sa.pub").read_bytes(),
+        clients={
+            key: issue(
+                f"client-{index}",
+                f"/CN={user}" + (f"/O={group}" if group else ""),
+                server=False,
+            )
+            for index, (key, (user, group)) in enumerate(clients.items())
+        },
     )
 
 
-def _make_certificates_with_cryptography() -> _Certificates:
+def _make_certificates_with_cryptography(
+    serving_ips: tuple[str, ...], clients: dict[str, ClientIdentity]
+) -> _Certificates:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -202,7 +226,7 @@ def _make_certificates_with_cryptography() -> _Certificates:
                 x509.SubjectAlternativeName(
                     [
                         *(x509.DNSName(dns) for dns in _SERVING_NAMES),
-                        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVING_IPS),
+                        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in serving_ips),
                     ]
                 ),
                 critical=False,
@@ -225,6 +249,9 @@ def _make_certificates_with_cryptography() -> _Certificates:
         service_account_public=service_account.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         ),
+        clients={
+            key: issue(name(user, group), server=False) for key, (user, group) in clients.items()
+        },
     )
 
 
@@ -271,6 +298,15 @@ class ControlPlane:
     workdir: Path
     _ssl_context: ssl.SSLContext = field(repr=False)
 
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate every certificate of this plane is issued by."""
+        return self.workdir / "pki" / "ca.crt"
+
+    def client_kubeconfig(self, key: str) -> Path:
+        """The kubeconfig of a client identity given in :class:`PlaneOptions`."""
+        return self.workdir / f"{key}.kubeconfig"
+
     def api_client(self) -> ApiClient:
         """A fresh ``kubernetes.client.ApiClient`` authenticated as the admin."""
         from kubernetes import config
@@ -305,6 +341,17 @@ class ControlPlane:
             return int(error.code), bytes(error.read())
         except OSError as error:  # URLError is an OSError: connection refused, reset, ...
             return 0, str(error).encode()
+
+    def audit_events(self, user: str) -> list[dict[str, Any]]:
+        """The audit events (metadata only) of the requests ``user`` made so far, e.g.
+        ``system:serviceaccount:<namespace>:<name>``: verb, objectRef, responseStatus."""
+        events = []
+        path = self.workdir / "audit.log"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            event = json.loads(line)
+            if event.get("user", {}).get("username") == user:
+                events.append(event)
+        return events
 
     def apply_crds(self, directory: Path | None = None, timeout: float = 60.0) -> list[str]:
         """Apply every YAML file in ``directory`` (default ``<repo>/crds``) and wait for
@@ -365,12 +412,38 @@ def _start_etcd(stack: ExitStack, workdir: Path) -> str:
     return client_url
 
 
-def _start_control_plane(stack: ExitStack, workdir: Path) -> ControlPlane:
+@dataclass(frozen=True)
+class PlaneOptions:
+    """How a control plane that real nodes join differs from the default one.
+
+    The default listens on loopback only and has no ServiceAccount admission (nothing
+    would create the "default" ServiceAccounts it needs).
+    """
+
+    address: str = "127.0.0.1"
+    """Where the apiserver listens and what it advertises (the ``kubernetes`` Service's
+    endpoint): an address pods can reach, for a plane with nodes."""
+    clients: Mapping[str, ClientIdentity] = field(default_factory=dict)
+    """More client identities: each gets ``pki/<key>.crt``/``.key`` and
+    ``<key>.kubeconfig`` in the workdir (see :meth:`ControlPlane.client_kubeconfig`)."""
+    service_accounts: bool = False
+    """Keep the ServiceAccount admission plugin (a controller-manager must then run)."""
+    authorization: str = "RBAC"
+    """The apiserver's --authorization-mode (with nodes: Node,RBAC, so each kubelet may
+    touch only its own Node and pods)."""
+    apiserver_args: tuple[str, ...] = ()
+
+
+def _start_control_plane(
+    stack: ExitStack, workdir: Path, options: PlaneOptions | None = None
+) -> ControlPlane:
+    options = options or PlaneOptions()
     kube_apiserver = binary_path("kube-apiserver")
     kubectl = binary_path("kubectl")
-    certificates = _make_certificates(workdir / "openssl")
+    serving_ips = () if options.address in _SERVING_IPS else (options.address,)
+    certificates = _make_certificates(workdir / "openssl", serving_ips, options.clients)
     pki = workdir / "pki"
-    pki.mkdir()
+    pki.mkdir(parents=True)
     files = {
         "ca.crt": certificates.ca.cert,
         "serving.crt": certificates.serving.cert,
@@ -380,20 +453,30 @@ def _start_control_plane(stack: ExitStack, workdir: Path) -> ControlPlane:
         "sa.key": certificates.service_account_key,
         "sa.pub": certificates.service_account_public,
     }
+    for key, pem in certificates.clients.items():
+        files[f"{key}.crt"] = pem.cert
+        files[f"{key}.key"] = pem.key
     for filename, data in files.items():
         (pki / filename).write_bytes(data)
         (pki / filename).chmod(0o600)
 
+    # Metadata-level audit (who did what to which object; never bodies, so no secrets):
+    # tests compare what a ServiceAccount really called with what its Role grants.
+    audit_policy = workdir / "audit-policy.yaml"
+    audit_policy.write_text(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+        "rules:\n  - level: Metadata\n"
+    )
     etcd_url = _start_etcd(stack, workdir)
     port = free_port()
-    server = f"https://127.0.0.1:{port}"
+    server = f"https://{options.address}:{port}"
     apiserver = ServerProcess(
         "kube-apiserver",
         [
             str(kube_apiserver),
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={options.address}",
+            f"--advertise-address={options.address}",
             f"--secure-port={port}",
             f"--cert-dir={workdir / 'apiserver-certs'}",
             f"--tls-cert-file={pki / 'serving.crt'}",
@@ -403,13 +486,17 @@ def _start_control_plane(stack: ExitStack, workdir: Path) -> ControlPlane:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={_SERVICE_CIDR}",
-            "--authorization-mode=RBAC",
+            f"--authorization-mode={options.authorization}",
             # No controller-manager by default, so nothing would create the "default"
             # ServiceAccount that this plugin insists every pod's namespace has.
-            "--disable-admission-plugins=ServiceAccount",
+            *([] if options.service_accounts else ["--disable-admission-plugins=ServiceAccount"]),
             "--allow-privileged=true",
             "--profiling=false",
+            f"--audit-policy-file={audit_policy}",
+            f"--audit-log-path={workdir / 'audit.log'}",
+            "--audit-log-format=json",
             "--v=1",
+            *options.apiserver_args,
         ],
         workdir / "kube-apiserver.log",
     )
@@ -444,6 +531,10 @@ def _start_control_plane(stack: ExitStack, workdir: Path) -> ControlPlane:
             server, certificates.ca.cert, certificates.controller_manager, "kube-controller-manager"
         )
     )
+    for key, pem in certificates.clients.items():
+        path = plane.client_kubeconfig(key)
+        path.write_text(_kubeconfig(server, certificates.ca.cert, pem, key))
+        path.chmod(0o600)
     return plane
 
 
@@ -469,6 +560,57 @@ def control_plane() -> Iterator[ControlPlane]:
         yield plane
 
 
+def healthz_ok(port: int) -> bool:
+    """Whether a Kubernetes server on loopback ``port`` answers ``/healthz`` with 200 (over
+    TLS with the self-signed certificate it made for itself: only probed, never trusted)."""
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{port}/healthz", context=insecure, timeout=2
+        ) as response:
+            return int(response.status) == 200
+    except OSError:
+        return False
+
+
+def start_controller_manager(
+    plane: ControlPlane,
+    controllers: str,
+    *extra_args: str,
+    log_name: str = "kube-controller-manager",
+) -> ServerProcess:
+    """Start kube-controller-manager on ``plane`` with ``controllers`` (its --controllers
+    value) and wait until it is healthy; the caller stops the returned process."""
+    binary = binary_path("kube-controller-manager")
+    workdir = plane.workdir
+    port = free_port()
+    process = ServerProcess(
+        "kube-controller-manager",
+        [
+            str(binary),
+            f"--kubeconfig={workdir / 'controller-manager.kubeconfig'}",
+            f"--controllers={controllers}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={workdir / 'controller-manager-certs'}",
+            "--use-service-account-credentials=false",
+            "--v=1",
+            *extra_args,
+        ],
+        workdir / f"{log_name}.log",
+    )
+    process.start()
+    try:
+        process.wait_until(lambda: healthz_ok(port), "healthy (/healthz)", timeout=60)
+    except ServerFailed:
+        process.stop()
+        raise
+    return process
+
+
 @dataclass(frozen=True)
 class ControllerManager:
     """kube-controller-manager running the garbage collector and namespace controllers."""
@@ -480,47 +622,16 @@ class ControllerManager:
 def controller_manager(control_plane: ControlPlane) -> Iterator[ControllerManager]:
     """Opt-in: owner-reference garbage collection and namespace deletion, for real."""
     try:
-        binary = binary_path("kube-controller-manager")
+        binary_path("kube-controller-manager")
     except ProvisioningError as error:
         missing("kube-controller-manager", f"{_HOW_TO_FIX}: {error}")
-    workdir = control_plane.workdir
-    kubeconfig = workdir / "controller-manager.kubeconfig"
-    port = free_port()
-    process = ServerProcess(
-        "kube-controller-manager",
-        [
-            str(binary),
-            f"--kubeconfig={kubeconfig}",
-            "--controllers=garbage-collector-controller,namespace-controller",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--cert-dir={workdir / 'controller-manager-certs'}",
-            "--use-service-account-credentials=false",
-            "--v=1",
-        ],
-        workdir / "kube-controller-manager.log",
-    )
-    # Its serving certificate is self-signed into --cert-dir; /healthz is only probed.
-    insecure = ssl.create_default_context()
-    insecure.check_hostname = False
-    insecure.verify_mode = ssl.CERT_NONE
-
-    def healthy() -> bool:
-        try:
-            with urllib.request.urlopen(
-                f"https://127.0.0.1:{port}/healthz", context=insecure, timeout=2
-            ) as response:
-                return int(response.status) == 200
-        except OSError:
-            return False
-
     try:
-        process.start()
-        try:
-            process.wait_until(healthy, "healthy (/healthz)", timeout=60)
-        except ServerFailed as error:
-            pytest.fail(f"kube-controller-manager did not start: {error}")
+        process = start_controller_manager(
+            control_plane, "garbage-collector-controller,namespace-controller"
+        )
+    except ServerFailed as error:
+        pytest.fail(f"kube-controller-manager did not start: {error}")
+    try:
         yield ControllerManager(process)
     finally:
         process.stop()

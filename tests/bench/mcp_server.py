@@ -1,6 +1,7 @@
 """Real MCP servers (``tests/agents/mcp_server.py``, the SDK's MCPServer) as fixtures.
 
-``mcp_servers(variant=1)`` starts one over Streamable HTTP on a free loopback port and
+``mcp_servers(variant=1, host="127.0.0.1")`` starts one over Streamable HTTP on a free
+port of ``host`` (the real node's bridge address for a server pods must reach) and
 returns a :class:`MCPTestServer` (its URL, the lines it printed, the calls it ran);
 ``stdio_server_command(calls)`` is the command line of the same server over stdio, for
 an ``MCPServer(command=...)`` that the run starts itself. Servers still running at
@@ -9,6 +10,7 @@ teardown are stopped.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import signal
@@ -27,10 +29,10 @@ DEADLINE = 120.0  # seconds a server may take to start or to print a line; a saf
 class MCPTestServer:
     """One HTTP MCP server process and the file its tools append their calls to."""
 
-    def __init__(self, calls: Path, variant: int = 1) -> None:
+    def __init__(self, calls: Path, variant: int = 1, host: str = "127.0.0.1") -> None:
         self.calls_file = calls
         self.process = subprocess.Popen(
-            _command("http", calls, variant),
+            [*_command("http", calls, variant), "--host", host],
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -74,6 +76,11 @@ class MCPTestServer:
         self._lines.put(None)
 
 
+def header_digest(value: str) -> str:
+    """What the test server's ``whoami`` answers for an Authorization header ``value``."""
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+
+
 def stdio_server_command(calls: Path, variant: int = 1) -> list[str]:
     """``[command, *args]`` of the test server over stdio (run from the repository root)."""
     return _command("stdio", calls, variant)
@@ -86,11 +93,13 @@ def _command(transport: str, calls: Path, variant: int) -> list[str]:
 
 @pytest.fixture
 def mcp_servers(tmp_path: Path) -> Iterator[Callable[..., MCPTestServer]]:
-    """Starts HTTP MCP test servers on demand: ``mcp_servers(variant=1)``."""
+    """Starts HTTP MCP test servers on demand: ``mcp_servers(variant=1, host=...)``."""
     started: list[MCPTestServer] = []
 
-    def start(variant: int = 1, calls: Path | None = None) -> MCPTestServer:
-        server = MCPTestServer(calls or tmp_path / f"mcp-calls-{len(started)}.txt", variant)
+    def start(
+        variant: int = 1, calls: Path | None = None, host: str = "127.0.0.1"
+    ) -> MCPTestServer:
+        server = MCPTestServer(calls or tmp_path / f"mcp-calls-{len(started)}.txt", variant, host)
         started.append(server)
         return server
 

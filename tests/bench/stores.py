@@ -3,10 +3,12 @@
 Fixtures:
 
 - ``store`` (function), parametrized with ids ``file``, ``memory``, ``minio``,
-  ``seaweedfs``: a fresh empty :class:`~alpineagents.Store`. ``file`` is a FileStore in
-  ``tmp_path``; ``memory`` the spec page's MemoryStore, as ``alpineagents.testing`` ships it;
-  ``minio``/``seaweedfs`` a MinioStore with prefix ``runs/`` in a fresh bucket of the
-  session server (started only when a test of that id runs).
+  ``seaweedfs``, ``file+encrypted``, ``minio+encrypted``, ``seaweedfs+encrypted``: a fresh
+  empty :class:`~alpineagents.Store`. ``file`` is a FileStore in ``tmp_path``; ``memory``
+  the spec page's MemoryStore, as ``alpineagents.testing`` ships it; ``minio``/``seaweedfs``
+  a MinioStore with prefix ``runs/`` in a fresh bucket of the session server (started only
+  when a test of that id runs); ``+encrypted`` that store in an EncryptedStore with
+  :data:`TEST_KEYRING_TEXT`.
 - ``s3`` (function), parametrized with ids ``minio``, ``seaweedfs``: an :class:`S3Place`,
   a fresh bucket on that server, to make MinioStores with the options a test needs.
 - ``child_store`` (function): a :class:`ChildStore`, how a child process opens the same
@@ -15,6 +17,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +29,23 @@ from alpineagents import FileStore, Store
 from alpineagents.testing import MemoryStore
 from tests.bench.minio_server import S3Server
 
-STORE_KINDS = ("file", "memory", "minio", "seaweedfs")
+STORE_KINDS = (
+    "file",
+    "memory",
+    "minio",
+    "seaweedfs",
+    "file+encrypted",
+    "minio+encrypted",
+    "seaweedfs+encrypted",
+)
 S3_KINDS = ("minio", "seaweedfs")
+TEST_KEYRING_TEXT = (
+    "old:"
+    + base64.b64encode(bytes(range(32))).decode()
+    + ",new:"
+    + base64.b64encode(bytes(range(32, 64))).decode()
+)
+"""Two keys (``new`` writes): the encrypted stores of the suites, and what tests rotate."""
 
 
 @dataclass
@@ -78,13 +96,20 @@ def _s3_place(request: pytest.FixtureRequest, kind: str) -> S3Place:
 @pytest.fixture(params=STORE_KINDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """A fresh empty store of each kind (see the module docstring)."""
-    kind = request.param
+    kind, _, wrapper = str(request.param).partition("+")
+    inner: Store
     if kind == "file":
-        yield FileStore(tmp_path / "runs")
+        inner = FileStore(tmp_path / "runs")
     elif kind == "memory":
-        yield MemoryStore()
+        inner = MemoryStore()
     else:
-        yield _s3_place(request, kind).store()
+        inner = _s3_place(request, kind).store()
+    if wrapper == "encrypted":
+        from alpineagents.store.encrypted import EncryptedStore, Keyring
+
+        yield EncryptedStore(inner, Keyring.from_text(TEST_KEYRING_TEXT))
+    else:
+        yield inner
 
 
 @dataclass(frozen=True)
@@ -103,7 +128,23 @@ class ChildStore:
 @pytest.fixture
 def child_store(request: pytest.FixtureRequest, store: Store) -> ChildStore:
     """How a child process opens this test's ``store`` (see :class:`ChildStore`)."""
-    kind = request.node.callspec.params["store"]
+    kind, _, wrapper = str(request.node.callspec.params["store"]).partition("+")
+    if wrapper == "encrypted":
+        # The child opens the same wrapper through the URL, with the test's keys.
+        from alpineagents.store.encrypted import KEYS_ENV, EncryptedStore
+
+        assert isinstance(store, EncryptedStore)
+        plain = _child_store(request, kind, store.inner)
+        if plain.url == "memory":
+            return plain
+        joiner = "&" if "?" in plain.url else "?"
+        return ChildStore(
+            f"{plain.url}{joiner}encrypted=true", {**plain.env, KEYS_ENV: TEST_KEYRING_TEXT}
+        )
+    return _child_store(request, kind, store)
+
+
+def _child_store(request: pytest.FixtureRequest, kind: str, store: Store) -> ChildStore:
     if kind == "file":
         assert isinstance(store, FileStore)
         return ChildStore(f"file://{store.folder}", {})

@@ -45,7 +45,15 @@ HELM_VERSION = "v3.22.0"
 MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
 
 _DEFAULT_GO = "/usr/local/go/bin/go"
-_KUBERNETES_SERVERS = ("kube-apiserver", "kube-controller-manager", "kubectl")
+# The control plane's servers, kubectl, and what a node runs (tests/bench/real_node.py).
+_KUBERNETES_COMMANDS = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "kube-proxy",
+)
 
 
 class ProvisioningError(RuntimeError):
@@ -145,9 +153,32 @@ def _kubernetes_module() -> Path:
     """
     module = cache_root() / "src" / f"kubernetes-{KUBERNETES_VERSION}"
     module.mkdir(parents=True, exist_ok=True)
-    go_mod = module / "go.mod"
-    if go_mod.exists() and (module / "go.sum").exists():
-        return module
+    # tidy keeps every requirement the commands need (the build tag hides the file from
+    # builds while tidy still sees its imports). A cache made when fewer commands were
+    # listed is tidied again, under a lock, since builds of several commands share it.
+    tools = (
+        "//go:build tools\n\npackage tools\n\nimport (\n"
+        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in _KUBERNETES_COMMANDS)
+        + ")\n"
+    )
+    with _build_lock(f"kubernetes-module-{KUBERNETES_VERSION}"):
+        go_mod = module / "go.mod"
+        tools_go = module / "tools.go"
+        if (
+            go_mod.exists()
+            and (module / "go.sum").exists()
+            and tools_go.exists()
+            and tools_go.read_text() == tools
+        ):
+            return module
+        if not go_mod.exists():
+            _write_go_mod(module)
+        _write_if_changed(tools_go, tools)
+        _run_go(["mod", "tidy"], module)
+    return module
+
+
+def _write_go_mod(module: Path) -> None:
     info = json.loads(
         _run_go(["mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"], module)
     )
@@ -168,19 +199,9 @@ def _kubernetes_module() -> Path:
         ")",
         "",
     ]
-    # tidy keeps every requirement the three commands need (the build tag hides the file
-    # from builds while tidy still sees its imports).
-    _write_if_changed(
-        module / "tools.go",
-        "//go:build tools\n\npackage tools\n\nimport (\n"
-        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in _KUBERNETES_SERVERS)
-        + ")\n",
-    )
     pending = module / "go.mod.pending"
     pending.write_text("\n".join(lines))
-    pending.replace(go_mod)
-    _run_go(["mod", "tidy"], module)
-    return module
+    pending.replace(module / "go.mod")
 
 
 def _kubernetes_ldflags() -> str:
@@ -297,6 +318,16 @@ _BINARIES: dict[str, _Binary] = {
     "kubectl": _Binary(
         "kubectl", KUBERNETES_VERSION, _kubernetes_builder("kubectl"), _kubectl_fits
     ),
+    # A node: tests/bench/real_node.py runs these against the control plane above.
+    **{
+        name: _Binary(
+            name,
+            KUBERNETES_VERSION,
+            _kubernetes_builder(name),
+            _same_minor(KUBERNETES_VERSION, ["--version"], r"Kubernetes (v\S+)"),
+        )
+        for name in ("kube-scheduler", "kube-proxy", "kubelet")
+    },
     "minio": _Binary(
         "minio",
         MINIO_VERSION,

@@ -1,4 +1,4 @@
-"""The ``e2e`` fixture: the chart installed on a real cluster or on the test bench."""
+"""The ``e2e`` fixture: the chart installed on a cluster of your own or the bench's real node."""
 
 from __future__ import annotations
 
@@ -7,37 +7,31 @@ from collections.abc import Iterator
 
 import pytest
 
-from alpineagents.testing import ModelServer
 from tests.bench.helm import Helm
 from tests.e2e.environment import (
     Environment,
-    bench_environment,
     cluster_environment,
     e2e_kubeconfig,
+    image_values,
 )
 
 
-@pytest.fixture(scope="module")
-def e2e(
-    request: pytest.FixtureRequest, helm: Helm, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Environment]:
+@pytest.fixture(scope="session")
+def e2e(request: pytest.FixtureRequest, helm: Helm) -> Iterator[Environment]:
     """The chart, installed and running, in a fresh namespace (see tests/e2e/environment.py).
 
     With ``ALPINEAGENTS_E2E_KUBECONFIG`` set: the cluster it points to, image
-    ``ALPINEAGENTS_E2E_IMAGE`` (default ``alpineagents:dev``). Otherwise the test bench.
+    ``ALPINEAGENTS_E2E_IMAGE`` (default ``alpineagents:dev``). Otherwise the real node.
     """
     kubeconfig = e2e_kubeconfig()
     if kubeconfig is not None:
         image = os.environ.get("ALPINEAGENTS_E2E_IMAGE", "alpineagents:dev")
-        with cluster_environment(kubeconfig, helm, image) as cluster:
+        with cluster_environment(kubeconfig, helm, image_values(image)) as cluster:
             yield cluster
         return
-    # Only now: a run against a real cluster must not start the bench's servers.
-    plane = request.getfixturevalue("control_plane")
-    minio = request.getfixturevalue("minio")
-    workdir = tmp_path_factory.mktemp("e2e-operator")
-    with (
-        ModelServer(echo=True) as model,
-        bench_environment(plane, helm, minio, model.url, workdir) as bench,
-    ):
-        yield bench
+    # Only now: a run against a cluster of your own must not start the bench's node.
+    node = request.getfixturevalue("real_node")
+    with cluster_environment(
+        node.kubeconfig, helm, node.chart_values(), node.plane.kubectl_path, node
+    ) as cluster:
+        yield cluster

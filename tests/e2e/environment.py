@@ -1,29 +1,24 @@
-"""Where the e2e suite runs: a real cluster, or the test bench standing in for one.
+"""Where the e2e suite runs: a cluster of your own, or the bench's real node.
 
 Both give a test the same few things (:class:`Environment`): ``kubectl`` against the
 cluster, the namespace the chart was installed into, an API client, a run pod's log and
-a run's saved history.
+a run's saved history. Either way the chart is installed by ``helm install --wait`` with
+the echo model and the bundled MinIO, everything runs in the cluster, and the saved
+history is read by ``kubectl exec`` in the operator's pod, which has the store's URL and
+credentials.
 
-- **A real cluster** (``ALPINEAGENTS_E2E_KUBECONFIG`` names its kubeconfig): the chart is
-  installed by ``helm install --wait`` with the echo model and the bundled MinIO, from the
-  image ``ALPINEAGENTS_E2E_IMAGE`` (default ``alpineagents:dev``, e.g. loaded with ``kind
-  load docker-image``). Everything runs in the cluster; the saved history is read by
-  ``kubectl exec`` in the operator's pod, which has the store's URL and credentials.
-- **The test bench** (otherwise): the chart is installed by ``helm install`` into the
-  bench's kube-apiserver, pointed at the bench's MinIO and a scripted echo model on
-  loopback. No controller runs the Deployment, so the operator runs as a local process
-  with the environment the Deployment gives its container (:func:`container_environment`
-  resolves the ConfigMap, the Secrets and the fieldRefs from the installed objects) and
-  the credentials of the chart's own ServiceAccount (a token from the TokenRequest API),
-  so the chart's RBAC is what it works with. The only local changes are the listening
-  ports (free loopback ports instead of the pod's 8080/9090) and ``KUBECONFIG``. The
-  stand-in kubelet (:class:`tests.bench.pod_runner.PodRunner`) runs the agent pods'
-  ``python -m alpineagents run`` as local processes.
+- **A cluster of your own** (``ALPINEAGENTS_E2E_KUBECONFIG`` names its kubeconfig): from
+  the image ``ALPINEAGENTS_E2E_IMAGE`` (default ``alpineagents:dev``, e.g. loaded with
+  ``kind load docker-image``).
+- **The bench's real node** (otherwise; :mod:`tests.bench.real_node`): a real kubelet
+  v1.35 with containerd on this machine, our image built from the project's Dockerfile
+  on a Debian python base, MinIO from the bench's own build. Tests that need more than
+  a cluster gives (losing a node, holding a tool call) get the node from
+  :attr:`Environment.real_node`.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -38,13 +33,10 @@ from typing import Any
 
 import yaml
 
-from alpineagents import open_store
 from tests.bench.helm import Helm
-from tests.bench.pod_runner import expand
 
 JSON = dict[str, Any]
 RELEASE = "e2e"
-OPERATOR = f"{RELEASE}-alpineagents-operator"
 DEADLINE = 120.0
 """Seconds any one awaited condition may take: a safety net, not a measurement."""
 
@@ -52,12 +44,26 @@ DEADLINE = 120.0
 class Environment:
     """What a test of the installed chart works with (see the module docstring)."""
 
-    def __init__(self, kubeconfig: Path, kubectl_path: Path, namespace: str) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        kubectl_path: Path,
+        namespace: str,
+        real_node: Any = None,
+        release: str = RELEASE,
+    ) -> None:
         from kubernetes import config
 
         self.kubeconfig = kubeconfig
         self.kubectl_path = kubectl_path
         self.namespace = namespace
+        self.operator = f"{release}-alpineagents-operator"
+        """The operator's Deployment."""
+        self.real_node = real_node
+        """The bench's :class:`~tests.bench.real_node.RealCluster`, or None on a cluster of
+        your own."""
+        self.values: dict[str, Any] = {}
+        """The chart values the release was installed with."""
         self.api_client: Any = config.new_client_from_config(config_file=str(kubeconfig))
 
     def close(self) -> None:
@@ -95,195 +101,25 @@ class Environment:
         """The operator's log so far."""
         raise NotImplementedError
 
+    def operator_calls(self) -> list[JSON] | None:
+        """The API requests of the operator's ServiceAccount so far, as the API server's
+        audit events (metadata only), or None where that log cannot be read (a cluster of
+        your own; the bench's API server keeps one)."""
+        if self.real_node is None:
+            return None
+        deployment = json.loads(
+            self.kubectl("get", "deployment", self.operator, "-o", "json").stdout
+        )
+        account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        events: list[JSON] = self.real_node.plane.audit_events(
+            f"system:serviceaccount:{self.namespace}:{account}"
+        )
+        return events
+
     def diagnostics(self) -> str:
         """What to show when a test fails: the end of the operator's log."""
         tail = "\n".join(self.operator_log().splitlines()[-80:])
         return f"operator log (last lines):\n{tail}"
-
-
-# --------------------------------------------------------------------------- the bench
-
-
-def container_environment(
-    pod_spec: Mapping[str, Any],
-    container_name: str,
-    *,
-    config_map: Callable[[str], Mapping[str, str]],
-    secret: Callable[[str], Mapping[str, str]],
-    fields: Mapping[str, str],
-) -> dict[str, str]:
-    """The environment the kubelet would give ``container_name`` of ``pod_spec``: its
-    ``envFrom`` sources, then ``env`` (values with ``$(VAR)`` expansion, secretKeyRef,
-    configMapKeyRef, fieldRef from ``fields``). Raises KeyError for anything missing,
-    where the kubelet would refuse to start the container."""
-    (container,) = [c for c in pod_spec["containers"] if c["name"] == container_name]
-    env: dict[str, str] = {}
-    for source in container.get("envFrom") or []:
-        prefix = source.get("prefix", "")
-        if "configMapRef" in source:
-            data = config_map(source["configMapRef"]["name"])
-        else:
-            data = secret(source["secretRef"]["name"])
-        env.update({prefix + key: value for key, value in data.items()})
-    for item in container.get("env") or []:
-        name = item["name"]
-        if "value" in item:
-            env[name] = expand(item["value"], env)
-            continue
-        source = item["valueFrom"]
-        if "secretKeyRef" in source:
-            ref = source["secretKeyRef"]
-            env[name] = secret(ref["name"])[ref["key"]]
-        elif "configMapKeyRef" in source:
-            ref = source["configMapKeyRef"]
-            env[name] = config_map(ref["name"])[ref["key"]]
-        elif "fieldRef" in source:
-            env[name] = fields[source["fieldRef"]["fieldPath"]]
-        else:
-            raise KeyError(f"env {name}: unsupported source {sorted(source)}")
-    return env
-
-
-def service_account_kubeconfig(admin_kubeconfig: Path, token: str, path: Path) -> Path:
-    """A kubeconfig for the same API server as ``admin_kubeconfig``, as a bearer token."""
-    admin = yaml.safe_load(admin_kubeconfig.read_text())
-    cluster = admin["clusters"][0]
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster],
-                "users": [{"name": "operator", "user": {"token": token}}],
-                "contexts": [
-                    {
-                        "name": "operator",
-                        "context": {"cluster": cluster["name"], "user": "operator"},
-                    }
-                ],
-                "current-context": "operator",
-            }
-        )
-    )
-    path.chmod(0o600)
-    return path
-
-
-class BenchEnvironment(Environment):
-    """The chart on the test bench (see the module docstring)."""
-
-    def __init__(
-        self,
-        kubeconfig: Path,
-        kubectl_path: Path,
-        namespace: str,
-        runner: Any,
-        operator: Any,
-        store_url: str,
-        store_env: Mapping[str, str],
-    ) -> None:
-        super().__init__(kubeconfig, kubectl_path, namespace)
-        self.runner = runner
-        self.operator = operator
-        self.store_url = store_url
-        self.store_env = dict(store_env)
-
-    def logs(self, pod: str) -> str:
-        return str(self.runner.logs(self.namespace, pod))
-
-    def history(self, state_id: str) -> list[JSON] | None:
-        record = open_store(self.store_url, env=self.store_env).read(state_id)
-        return None if record is None else list(record.entries)
-
-    def operator_log(self) -> str:
-        return str(self.operator.log_tail(100_000))
-
-
-def _secret_data(env: Environment, name: str) -> dict[str, str]:
-    body = json.loads(env.kubectl("get", "secret", name, "-o", "json").stdout)
-    return {k: base64.b64decode(v).decode() for k, v in (body.get("data") or {}).items()}
-
-
-def _config_map_data(env: Environment, name: str) -> dict[str, str]:
-    body = json.loads(env.kubectl("get", "configmap", name, "-o", "json").stdout)
-    return dict(body.get("data") or {})
-
-
-@contextlib.contextmanager
-def bench_environment(
-    plane: Any, helm: Helm, minio: Any, model_url: str, workdir: Path
-) -> Iterator[BenchEnvironment]:
-    """Install the chart on the bench, start the operator and the stand-in kubelet."""
-    from tests.bench.operator_process import OperatorProcess
-    from tests.bench.pod_runner import PodRunner
-
-    namespace = f"e2e-{uuid.uuid4().hex[:6]}"
-    bucket = minio.fresh_bucket()
-    store_url = f"s3://{bucket}/runs?endpoint={minio.endpoint}&secure=false"
-    values = {
-        "image": {"repository": "alpineagents", "tag": "e2e"},
-        "minio": {"enabled": False},
-        "store": {
-            "url": store_url,
-            "accessKeyId": minio.access_key,
-            "secretAccessKey": minio.secret_key,
-        },
-        "anthropic": {"apiKey": "bench-key-for-the-echo-model", "baseUrl": model_url},
-        "operator": {"resyncSeconds": 5},
-    }
-    with ExitStack() as stack:
-        stack.callback(minio.remove_bucket, bucket)
-        plane.apply_crds()
-        plane.kubectl("create", "namespace", namespace)
-        stack.callback(plane.kubectl, "delete", "namespace", namespace, "--wait=false", check=False)
-        helm.install(RELEASE, namespace, plane.kubeconfig, values)
-        stack.callback(helm.uninstall, RELEASE, namespace, plane.kubeconfig)
-        admin = Environment(plane.kubeconfig, plane.kubectl_path, namespace)
-        stack.callback(admin.close)
-
-        deployment = json.loads(admin.kubectl("get", "deployment", OPERATOR, "-o", "json").stdout)
-        pod_spec = deployment["spec"]["template"]["spec"]
-        (container,) = pod_spec["containers"]
-        assert container["command"] == ["python", "-m", "alpineagents_operator"]
-        assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
-        env = container_environment(
-            pod_spec,
-            "operator",
-            config_map=lambda name: _config_map_data(admin, name),
-            secret=lambda name: _secret_data(admin, name),
-            fields={"metadata.name": f"{OPERATOR}-local"},
-        )
-        # The pod's ports become free loopback ports (OperatorProcess picks them).
-        for port_setting in ("ALPINEAGENTS_HEALTH_PORT", "ALPINEAGENTS_METRICS_PORT"):
-            env.pop(port_setting)
-
-        account = pod_spec["serviceAccountName"]
-        token = admin.kubectl("create", "token", account, "--duration=2h").stdout.strip()
-        kubeconfig = service_account_kubeconfig(
-            plane.kubeconfig, token, workdir / "operator.kubeconfig"
-        )
-        operator = OperatorProcess(kubeconfig, workdir, env)
-        stack.callback(operator.stop)
-        operator.start()
-
-        runner = PodRunner(plane.api_client(), node_name=f"node-{namespace}", namespace=namespace)
-        stack.callback(runner.stop)
-        runner.start()
-
-        bench = BenchEnvironment(
-            plane.kubeconfig,
-            plane.kubectl_path,
-            namespace,
-            runner,
-            operator,
-            store_url,
-            {k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
-        )
-        stack.callback(bench.close)
-        # Runs first, while the operator still runs: their pods stop and finalizers clear.
-        stack.callback(_delete_runs, bench)
-        wait_until_operator_watches(bench)
-        yield bench
 
 
 # --------------------------------------------------------------------------- a real cluster
@@ -306,7 +142,7 @@ class ClusterEnvironment(Environment):
     def history(self, state_id: str) -> list[JSON] | None:
         result = self.kubectl(
             "exec",
-            f"deployment/{OPERATOR}",
+            f"deployment/{self.operator}",
             "-c",
             "operator",
             "--",
@@ -319,45 +155,57 @@ class ClusterEnvironment(Environment):
         return entries
 
     def operator_log(self) -> str:
-        result = self.kubectl("logs", f"deployment/{OPERATOR}", "-c", "operator", check=False)
+        result = self.kubectl("logs", f"deployment/{self.operator}", "-c", "operator", check=False)
         return result.stdout + result.stderr
 
 
-@contextlib.contextmanager
-def cluster_environment(kubeconfig: Path, helm: Helm, image: str) -> Iterator[ClusterEnvironment]:
-    """Install the chart (echo model, bundled MinIO) into a fresh namespace and wait."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        from tests.bench.testbin import binary_path
-
-        kubectl = str(binary_path("kubectl"))
-    namespace = f"e2e-{uuid.uuid4().hex[:6]}"
+def image_values(image: str) -> dict[str, Any]:
+    """Chart values for a cluster of your own: our image, the echo model, the bundled
+    MinIO on an emptyDir."""
     repository, _, tag = image.rpartition(":")
-    values = {
+    return {
         "image": {"repository": repository, "tag": tag},
         "echoModel": {"enabled": True},
         "minio": {"persistence": {"enabled": False}},
-        "operator": {"resyncSeconds": 5},
     }
+
+
+@contextlib.contextmanager
+def cluster_environment(
+    kubeconfig: Path,
+    helm: Helm,
+    values: Mapping[str, Any],
+    kubectl: Path | None = None,
+    real_node: Any = None,
+) -> Iterator[ClusterEnvironment]:
+    """Install the chart with ``values`` into a fresh namespace and wait for it."""
+    if kubectl is None:
+        found = shutil.which("kubectl")
+        if found is None:
+            from tests.bench.testbin import binary_path
+
+            found = str(binary_path("kubectl"))
+        kubectl = Path(found)
+    namespace = f"e2e-{uuid.uuid4().hex[:6]}"
     with ExitStack() as stack:
-        cluster = ClusterEnvironment(kubeconfig, Path(kubectl), namespace)
+        cluster = ClusterEnvironment(kubeconfig, kubectl, namespace, real_node)
+        cluster.values = dict(values)
         stack.callback(cluster.close)
-        subprocess.run(
-            [kubectl, f"--kubeconfig={kubeconfig}", "create", "namespace", namespace], check=True
-        )
+        admin = [str(kubectl), f"--kubeconfig={kubeconfig}"]
+        subprocess.run([*admin, "create", "namespace", namespace], check=True)
         stack.callback(
             subprocess.run,
-            [
-                kubectl,
-                f"--kubeconfig={kubeconfig}",
-                "delete",
-                "namespace",
-                namespace,
-                "--wait=false",
-            ],
+            [*admin, "delete", "namespace", namespace, "--wait=false"],
             check=False,
         )
-        helm.install(RELEASE, namespace, kubeconfig, values, "--wait", "--timeout=5m")
+        helm.install(
+            RELEASE,
+            namespace,
+            kubeconfig,
+            {**values, "operator": {"resyncSeconds": 5}},
+            "--wait",
+            "--timeout=5m",
+        )
         stack.callback(helm.uninstall, RELEASE, namespace, kubeconfig)
         stack.callback(_delete_runs, cluster)
         wait_until_operator_watches(cluster)
@@ -397,20 +245,59 @@ def _delete_runs(env: Environment) -> None:
     env.kubectl("delete", "agentruns", "--all", "--timeout=60s", check=False)
 
 
+# --------------------------------------------------------------------------- runs
+
+# Long enough to be interrupted on purpose; never waited out by a passing test.
+SLOW_STEP = 'use shell {"command": "sleep 60; echo finished"}'
+
+
+def apply_run(where: Environment, name: str, prompt: str, **spec: Any) -> None:
+    """``kubectl apply`` an AgentRun with the shell tool and JSON progress logs (``spec``
+    adds fields; its ``env`` adds variables)."""
+    env = [{"name": "ALPINEAGENTS_LOG_FORMAT", "value": "json"}, *spec.pop("env", [])]
+    body = {
+        "apiVersion": "alpineagents.dev/v1",
+        "kind": "AgentRun",
+        "metadata": {"name": name},
+        "spec": {
+            "model": "claude-sonnet-5",
+            "prompt": prompt,
+            "tools": ["shell"],
+            "maxTurns": 5,
+            "restartPolicy": {"initialBackoffSeconds": 0},
+            "env": env,
+            **spec,
+        },
+    }
+    where.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
+
+
+def status(run: JSON | None) -> JSON:
+    return dict((run or {}).get("status") or {})
+
+
+def in_phase(phase: str) -> Any:
+    return lambda run: status(run).get("phase") == phase
+
+
 # --------------------------------------------------------------------------- waiting
 
 _AGENTRUNS = ("alpineagents.dev", "v1")
 
 
 def wait_for_run(
-    env: Environment, name: str, until: Callable[[JSON | None], bool], what: str
+    env: Environment,
+    name: str,
+    until: Callable[[JSON | None], bool],
+    what: str,
+    timeout: float = DEADLINE,
 ) -> JSON | None:
     """Watch the AgentRun until ``until(run)`` holds (``run`` is None while it does not
-    exist); fails with its status and the operator's log at the deadline."""
+    exist); fails with its status and the operator's log after ``timeout`` seconds."""
     from kubernetes import client, watch
 
     custom = client.CustomObjectsApi(env.api_client)
-    deadline = time.monotonic() + DEADLINE
+    deadline = time.monotonic() + timeout
     last: JSON | None = None
     while True:
         listing = custom.list_namespaced_custom_object(
@@ -460,6 +347,20 @@ def wait_for_log(
         if time.monotonic() > deadline:
             raise AssertionError(f"pod {pod} never logged {what}; log:\n{env.logs(pod)}")
         time.sleep(0.1)  # polling: a log has no change event to await
+
+
+def wait_until_tool_runs(env: Environment, name: str) -> JSON:
+    """Wait for the run's pod to have saved the model's tool call (the shell now runs)."""
+    run = wait_for_run(env, name, lambda r: bool(status(r).get("pod")), "given a pod")
+    pod = status(run)["pod"]
+    wait_for_log(
+        env,
+        pod,
+        lambda lines: any(line.get("kind") == "model_reply" for line in lines),
+        "a saved model reply",
+    )
+    assert run is not None
+    return run
 
 
 def e2e_kubeconfig() -> Path | None:

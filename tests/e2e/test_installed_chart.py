@@ -9,64 +9,31 @@ that tool call, and its answer to a tool result is ``"shell returned: ..."`` or
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
-from typing import Any
+from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.e2e.environment import JSON, Environment, wait_for_log, wait_for_run
+from tests.e2e.environment import (
+    JSON,
+    SLOW_STEP,
+    Environment,
+    apply_run,
+    in_phase,
+    status,
+    wait_for_run,
+    wait_until_tool_runs,
+)
 
 pytestmark = pytest.mark.e2e
-
-# Long enough to be interrupted on purpose; never waited out by a passing test.
-SLOW_STEP = 'use shell {"command": "sleep 60; echo finished"}'
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def apply_run(env: Environment, name: str, prompt: str, **spec: Any) -> None:
-    """``kubectl apply`` an AgentRun with the shell tool and JSON progress logs."""
-    body = {
-        "apiVersion": "alpineagents.dev/v1",
-        "kind": "AgentRun",
-        "metadata": {"name": name},
-        "spec": {
-            "model": "claude-sonnet-5",
-            "prompt": prompt,
-            "tools": ["shell"],
-            "maxTurns": 5,
-            "restartPolicy": {"initialBackoffSeconds": 0},
-            "env": [{"name": "ALPINEAGENTS_LOG_FORMAT", "value": "json"}],
-            **spec,
-        },
-    }
-    env.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
-
-
-def status(run: JSON | None) -> JSON:
-    return dict((run or {}).get("status") or {})
-
-
-def in_phase(phase: str) -> Any:
-    return lambda run: status(run).get("phase") == phase
-
-
-def wait_until_tool_runs(env: Environment, name: str) -> JSON:
-    """Wait for the run's pod to have saved the model's tool call (the shell now runs)."""
-    run = wait_for_run(env, name, lambda r: bool(status(r).get("pod")), "given a pod")
-    pod = status(run)["pod"]
-    wait_for_log(
-        env,
-        pod,
-        lambda lines: any(line.get("kind") == "model_reply" for line in lines),
-        "a saved model reply",
-    )
-    assert run is not None
-    return run
 
 
 def pod_gone(env: Environment, pod: str) -> bool:
@@ -89,8 +56,9 @@ def test_a_run_goes_from_created_to_succeeded_with_its_answer(e2e: Environment) 
     got = status(run)
     assert got["answer"] == "Echo: Say hello to the cluster."
     assert got["attempt"] == 1
-    pod = json.loads(e2e.kubectl("get", "pod", f"{name}-1", "-o", "json").stdout)
-    assert pod["status"]["phase"] == "Succeeded"
+    # A real kubelet reports the pod's phase once it has torn the pod down, a moment
+    # after the container's exit (which the operator acts on).
+    e2e.kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", f"pod/{name}-1")
     history = e2e.history(got["stateId"])
     assert kinds(history).count("message") == 1
     assert "model_reply" in kinds(history)
@@ -151,3 +119,85 @@ def test_deleting_a_run_stops_its_pod_and_deletes_its_saved_state(e2e: Environme
 def test_the_operator_needs_no_more_than_the_charts_rbac(e2e: Environment) -> None:
     refused = [line for line in e2e.operator_log().splitlines() if "forbidden" in line.lower()]
     assert not refused, "\n".join(refused[:5])
+
+
+@pytest.mark.parametrize("example", ["hello.yaml", "agentrun.yaml"])
+def test_the_examples_run_to_succeeded_as_a_user_applies_them(
+    e2e: Environment, example: str
+) -> None:
+    manifest = REPO / "examples" / example
+    name = yaml.safe_load(manifest.read_text())["metadata"]["name"]
+    e2e.kubectl("apply", "-f", str(manifest))
+    try:
+        got = status(wait_for_run(e2e, name, in_phase("Succeeded"), "Succeeded"))
+        assert got["attempt"] == 1
+        # The echo model's answer says which tool ran and whether it worked.
+        tool = {"hello.yaml": "read_file", "agentrun.yaml": "shell"}[example]
+        assert got["answer"].startswith(f"{tool} "), got["answer"]
+        if example == "agentrun.yaml":
+            assert got["answer"].startswith("shell returned: exit code 0"), got["answer"]
+    finally:
+        e2e.kubectl("delete", "-f", str(manifest), "--wait=false", check=False)
+
+
+_SELF_REPORT = """
+import json, os
+try:
+    open("/written-by-the-pod", "w")
+    root = "writable"
+except OSError as error:
+    root = error.strerror
+status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines())
+token = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+print(json.dumps({
+    "uid": os.getuid(), "gid": os.getgid(), "root": root,
+    "capabilities": status["CapEff"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
+    "seccomp": status["Seccomp"].strip(),
+    "token": open(token).read() if os.path.exists(token) else None,
+}))
+"""
+
+
+def self_report(env: Environment, pod: str, container: str) -> JSON:
+    """What a process in the container finds about itself (read by ``kubectl exec``)."""
+    out = env.kubectl("exec", pod, "-c", container, "--", "python", "-c", _SELF_REPORT).stdout
+    report: JSON = json.loads(out.strip().splitlines()[-1])
+    return report
+
+
+def _locked_down(report: JSON) -> None:
+    assert (report["uid"], report["gid"]) == (65532, 65532), report
+    assert report["root"] == "Read-only file system", report
+    assert int(report["capabilities"], 16) == 0, report
+    assert report["no_new_privs"] == "1" and report["seccomp"] == "2", report  # filter mode
+
+
+def test_an_agent_pod_runs_non_root_read_only_without_capabilities_or_token(
+    e2e: Environment,
+) -> None:
+    name = _name("locked")
+    apply_run(e2e, name, f"Run the slow step.\n{SLOW_STEP}")
+    pod = status(wait_until_tool_runs(e2e, name))["pod"]
+    try:
+        report = self_report(e2e, pod, "agent")
+        _locked_down(report)
+        assert report["token"] is None  # no way into the API server from an agent's pod
+    finally:
+        e2e.kubectl("delete", "agentrun", name, "--wait=false")
+
+
+def test_the_operator_runs_locked_down_as_the_charts_service_account(e2e: Environment) -> None:
+    deployment = json.loads(e2e.kubectl("get", "deployment", e2e.operator, "-o", "json").stdout)
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    report = self_report(e2e, f"deployment/{e2e.operator}", "operator")
+    _locked_down(report)
+    payload = report["token"].split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert claims["sub"] == f"system:serviceaccount:{e2e.namespace}:{account}"
+    # What that identity may do is the chart's namespaced RBAC, nothing more.
+    identity = f"--as={claims['sub']}"
+    can = e2e.kubectl("auth", "can-i", "create", "pods", identity, check=False).stdout.strip()
+    assert can == "yes"
+    for beyond in (["list", "secrets", "--all-namespaces"], ["create", "clusterroles"]):
+        answer = e2e.kubectl("auth", "can-i", *beyond, identity, check=False).stdout.strip()
+        assert answer == "no", beyond

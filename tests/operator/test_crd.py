@@ -67,7 +67,7 @@ def test_a_run_with_messages_and_every_pod_field_is_accepted(plane: ControlPlane
         system="Be brief.",
         maxTurns=10,
         maxTokens=4096,
-        agent="tests.agents.marker_agent:make_agent",
+        agent="my_team.agents:make_agent",
         requireApproval=["shell"],
         approvals=[{"callId": "toolu_1", "allow": True, "note": "ok"}],
         image="example.com/runner:1",
@@ -137,6 +137,70 @@ def test_bad_values_are_refused(plane: ControlPlane) -> None:
     assert "should be greater than or equal to 0" in refusal(
         plane, model="m", prompt="hi", restartPolicy={"maxRestarts": -1}
     )
+
+
+def named(name: str, **spec: Any) -> str:
+    body = yaml.safe_load(manifest(**spec))
+    body["metadata"]["name"] = name
+    return yaml.safe_dump(body)
+
+
+def test_a_name_too_long_to_label_the_pods_is_refused_naming_the_limit(
+    plane: ControlPlane,
+) -> None:
+    # The name labels every pod of the run, and a label value holds at most 63 characters.
+    longest = "n" * 54 + uuid.uuid4().hex[:9]
+    accepted = plane.kubectl(
+        "create", "--dry-run=server", "-f", "-", input=named(longest, model="m", prompt="hi")
+    )
+    assert accepted.returncode == 0
+    refused = plane.kubectl(
+        "create",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=named(longest + "x", model="m", prompt="hi"),
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "metadata.name may be at most 63 characters" in refused.stderr
+
+
+def test_a_prompt_too_large_for_the_pods_secret_is_refused_naming_the_limit(
+    plane: ControlPlane,
+) -> None:
+    message = refusal(plane, model="m", prompt="x" * 2_000_000)
+    assert "spec.prompt may be at most 262144 characters" in message
+    assert "1 MiB" in message
+    system = refusal(plane, model="m", prompt="hi", system="s" * 262_145)
+    assert "spec.system may be at most 262144 characters" in system
+    at_limit = manifest(model="m", prompt="x" * 262_144)
+    plane.kubectl("create", "--dry-run=server", "-f", "-", input=at_limit)
+
+
+@pytest.mark.parametrize(
+    ("store", "message"),
+    [
+        ("ftp://runs.example.com/agents", "spec.store must be file:///path or s3://"),
+        ("s3://AKIA1:topsecret@runs/x?endpoint=m:9000", "spec.store must not hold credentials"),
+        ("s3://?endpoint=minio:9000", "spec.store names no bucket"),
+        ("s3:///prefix", "spec.store names no bucket"),
+    ],
+)
+def test_a_store_url_that_cannot_work_is_refused(
+    plane: ControlPlane, store: str, message: str
+) -> None:
+    refused = refusal(plane, model="m", prompt="hi", store=store)
+    assert message in refused
+    assert "topsecret" not in refused
+
+
+@pytest.mark.parametrize(
+    "store", ["file:///var/lib/runs", "s3://runs/prod?endpoint=minio:9000&secure=false", "runs"]
+)
+def test_store_urls_that_work_are_accepted(plane: ControlPlane, store: str) -> None:
+    text = manifest(model="m", prompt="hi", store=store)
+    plane.kubectl("create", "--dry-run=server", "-f", "-", input=text)
 
 
 def test_kubectl_explain_teaches_the_spec(plane: ControlPlane) -> None:

@@ -155,6 +155,8 @@ SAVED = SavedView(
     turns=2,
     usage={"input_tokens": 30, "output_tokens": 12},
 )
+MID_RUN = SavedView(exists=True, last_saved_seq=5, turns=1)
+"""A saved State in the middle of its run: no answer, no stop."""
 LATER = format_time(NOW + timedelta(seconds=10))
 EARLIER = format_time(NOW - timedelta(seconds=1))
 PENDING_CALL = {"callId": "toolu_9", "name": "shell", "input": {"command": "rm -rf build"}}
@@ -239,46 +241,98 @@ ROWS = [
         status={"reason": "MaxTurns"}),
     # ------------------------------------------------------------ losses
     Row("exit 143 (SIGTERM, saved): Interrupted, restart after the 1 s backoff",
-        run("Running", attempt=1), [exited(1, 143)], phase="Interrupted",
+        run("Running", attempt=1), [exited(1, 143)], MID_RUN, phase="Interrupted",
         events=("PodLost",), requeue=1.0,
         status={"restarts": 1, "reason": "Terminated",
                 "nextAttemptAt": format_time(NOW + timedelta(seconds=1))}),
     Row("exit 75 (retryable): Interrupted", run("Running", attempt=1),
-        [exited(1, 75, message=report("retryable", error="store unavailable"))],
+        [exited(1, 75, message=report("retryable", error="store unavailable"))], MID_RUN,
         phase="Interrupted", status={"reason": "RetryableError"}),
     Row("OOM-killed: Interrupted", run("Running", attempt=1),
-        [exited(1, 137, reason="OOMKilled")], phase="Interrupted",
+        [exited(1, 137, reason="OOMKilled")], MID_RUN, phase="Interrupted",
         status={"reason": "OOMKilled"}),
     Row("evicted for node pressure: Interrupted", run("Running", attempt=1),
-        [exited(1, 137, pod_reason="Evicted", disruption="TerminationByKubelet")],
+        [exited(1, 137, pod_reason="Evicted", disruption="TerminationByKubelet")], MID_RUN,
         phase="Interrupted", status={"reason": "Evicted"}),
     Row("node lost (PodGC marked it Failed, container never reported): Interrupted",
-        run("Running", attempt=1), [pod(1, "running", phase="Failed", disruption="DeletionByPodGC")],
+        run("Running", attempt=1), [pod(1, "running", phase="Failed", disruption="DeletionByPodGC")], MID_RUN,
         phase="Interrupted", status={"reason": "NodeLost"}),
-    Row("pod deleted (gone from the API): Interrupted", run("Running", attempt=1), [],
+    Row("pod deleted (gone from the API): Interrupted", run("Running", attempt=1), [], MID_RUN,
         phase="Interrupted", events=("PodLost",), status={"reason": "PodDeleted"}),
     Row("crashed with exit 1: Interrupted (a retry may fix it)", run("Running", attempt=1),
-        [exited(1, 1, message="Traceback ...\nRuntimeError: boom")], phase="Interrupted",
+        [exited(1, 1, message="Traceback ...\nRuntimeError: boom")], MID_RUN, phase="Interrupted",
         status={"reason": "Error"}),
     Row("third loss: backoff doubles each time", run("Running", attempt=3, restarts=2),
-        [exited(3, 143)], phase="Interrupted", requeue=4.0, status={"restarts": 3}),
+        [exited(3, 143)], MID_RUN, phase="Interrupted", requeue=4.0, status={"restarts": 3}),
     Row("backoff is capped by maxBackoffSeconds",
         run("Running", attempt=3, restarts=4,
             spec={"restartPolicy": {"maxRestarts": 9, "maxBackoffSeconds": 5}}),
-        [exited(3, 143)], phase="Interrupted", requeue=5.0),
+        [exited(3, 143)], MID_RUN, phase="Interrupted", requeue=5.0),
     Row("zero backoff: due at once", run("Running", attempt=1,
                                          spec={"restartPolicy": {"initialBackoffSeconds": 0}}),
-        [exited(1, 143)], phase="Interrupted", requeue=0.0,
+        [exited(1, 143)], MID_RUN, phase="Interrupted", requeue=0.0,
         status={"nextAttemptAt": format_time(NOW)}),
     Row("restart budget used up: Failed", run("Running", attempt=6, restarts=5),
-        [exited(6, 143)], phase="Failed", events=("PodLost", "Failed"),
+        [exited(6, 143)], MID_RUN, phase="Failed", events=("PodLost", "Failed"),
         status={"reason": "RestartLimitExceeded", "restarts": 6}),
     Row("pod being deleted by someone else: wait for it to save and stop",
         run("Running", attempt=1), [pod(1, deleting_at=NOW + timedelta(seconds=30))],
         acts=False, requeue=60.0),
     Row("pod stuck terminating past its deadline (dead node): lost",
-        run("Running", attempt=1), [pod(1, deleting_at=NOW - timedelta(seconds=31))],
+        run("Running", attempt=1), [pod(1, deleting_at=NOW - timedelta(seconds=31))], MID_RUN,
         phase="Interrupted", status={"reason": "PodStuckTerminating"}),
+    # ------------------------------------------------------------ a loss is judged on the store
+    Row("pod gone before its exit was seen: the saved State is read before judging a loss",
+        run("Running", attempt=1), [], needs_saved=True),
+    Row("pod gone after saving its answer: Succeeded, no restart counted",
+        run("Running", attempt=1, spec={"restartPolicy": {"maxRestarts": 0}}), [],
+        SavedView(exists=True, last_saved_seq=9, answer="42", turns=2), phase="Succeeded",
+        events=("Succeeded",), status={"answer": "42", "lastSavedSeq": 9, "turns": 2}),
+    Row("pod killed after saving its answer (exit 137): Succeeded",
+        run("Running", attempt=1), [exited(1, 137)],
+        SavedView(exists=True, last_saved_seq=9, answer="42"), phase="Succeeded"),
+    Row("pod gone after saving a stop at the turn limit: Failed (MaxTurns), not a loss",
+        run("Running", attempt=1), [], SavedView(exists=True, last_saved_seq=9, stopped="max_turns"),
+        phase="Failed", events=("Failed",), status={"reason": "MaxTurns"}),
+    Row("pod gone after saving a stop for approvals: WaitingForApproval, not a loss",
+        run("Running", attempt=1), [],
+        SavedView(exists=True, last_saved_seq=5, stopped="waiting_for_approval",
+                  pending_approvals=(PendingApproval("toolu_9", "shell"),)),
+        phase="WaitingForApproval", events=("WaitingForApproval",)),
+    Row("pod gone and the store unreadable: a loss",
+        run("Running", attempt=1), [], SavedView(exists=False, error="ConnectionRefusedError"),
+        phase="Interrupted", status={"reason": "PodDeleted", "restarts": 1}),
+    Row("pod gone before anything was saved: a loss",
+        run("Running", attempt=1), [], SavedView(exists=False),
+        phase="Interrupted", status={"reason": "PodDeleted", "restarts": 1}),
+    # ------------------------------------------------------------ status agrees with the history
+    Row("answered by pod 2: the saved State is read for what every pod did",
+        run("Running", attempt=2, restarts=1),
+        [exited(2, 0, message=report("answered", answer="42"))], needs_saved=True),
+    Row("answered by pod 2, saved State read: aborted calls of earlier pods come from it",
+        run("Running", attempt=2, restarts=1),
+        [exited(2, 0, message=report("answered", answer="42", turns=3))], SAVED,
+        phase="Succeeded", status={"answer": "42", "abortedCalls": ["toolu_1"], "turns": 2,
+                                   "lastSavedSeq": 7}),
+    Row("answered by pod 2, store unreadable: Succeeded from the report, read again later",
+        run("Running", attempt=2, restarts=1),
+        [exited(2, 0, message=report("answered", answer="42", aborted=["toolu_3"]))],
+        SavedView(exists=False, error="ConnectionRefusedError"), phase="Succeeded",
+        requeue=10.0, status={"answer": "42", "abortedCalls": ["toolu_3"],
+                              "savedStateUnread": True}),
+    Row("answered by pod 1: its report is the whole story, no store read",
+        run("Running", attempt=1),
+        [exited(1, 0, message=report("answered", answer="42", aborted=["toolu_3"]))],
+        phase="Succeeded", status={"abortedCalls": ["toolu_3"]}),
+    Row("finished while the store was unreadable: the saved State is read",
+        run("Succeeded", attempt=2, savedStateUnread=True), [exited(2, 0)], needs_saved=True),
+    Row("finished while the store was unreadable, now read: status follows the history",
+        run("Succeeded", attempt=2, savedStateUnread=True, abortedCalls=["toolu_3"]),
+        [exited(2, 0)], SAVED, phase="",
+        status={"abortedCalls": ["toolu_3", "toolu_1"], "savedStateUnread": None, "turns": 2}),
+    Row("finished while the store was unreadable, still unreadable: look again later",
+        run("Succeeded", attempt=2, savedStateUnread=True), [exited(2, 0)],
+        SavedView(exists=False, error="ConnectionRefusedError"), acts=False, requeue=10.0),
     # ------------------------------------------------------------ resuming
     Row("interrupted, backoff not over: wait", run("Interrupted", attempt=1, nextAttemptAt=LATER),
         [exited(1, 143)], acts=False, requeue=10.0),
@@ -425,7 +479,9 @@ def test_a_step_applied_twice_changes_nothing_the_second_time() -> None:
 def test_a_lost_pod_is_replaced_in_two_steps_with_zero_backoff() -> None:
     spec = {"restartPolicy": {"initialBackoffSeconds": 0}}
     world = [exited(1, 143)]
-    lost = decide(run("Running", attempt=1, spec=spec), world, None, NOW)
+    running = run("Running", attempt=1, spec=spec)
+    assert decide(running, world, None, NOW).needs_saved  # a loss is judged on the store
+    lost = decide(running, world, MID_RUN, NOW)
     assert lost.status["phase"] == "Interrupted" and lost.requeue_after == 0.0
     assert lost.lost_reason == "Terminated"
     interrupted = run(attempt=1, spec=spec, **lost.status)
@@ -503,3 +559,57 @@ def test_a_forbidden_pod_keeps_the_phase_and_is_tried_again() -> None:
     assert "phase" not in decision.status
     assert decision.status["reason"] == "PodRefused"
     assert decision.requeue_after == 10.0 and decision.create_pod is None
+
+
+def test_a_name_too_long_for_a_label_fails_the_run_without_a_pod() -> None:
+    long_name = "n" * 64
+    body = {
+        "metadata": {"name": long_name, "namespace": "agents", "uid": UID, "generation": 1},
+        "spec": {"model": "claude-sonnet-5", "prompt": "hi"},
+    }
+    decision = decide(AgentRunView.from_body(body), [], None, NOW)
+    assert decision.create_pod is None
+    assert decision.status["phase"] == "Failed"
+    assert decision.status["reason"] == "InvalidName"
+    assert "64 characters, more than the 63" in decision.status["message"]
+    fits = dict(body, metadata={**body["metadata"], "name": "n" * 63})
+    assert decide(AgentRunView.from_body(fits), [], None, NOW).create_pod == 1
+
+
+def test_a_run_answered_before_its_pod_vanished_counts_no_restart() -> None:
+    """maxRestarts 0: a loss would fail the run, but the answer is saved."""
+    answered = SavedView(exists=True, last_saved_seq=9, answer="42")
+    decision = decide(
+        run("Running", attempt=1, spec={"restartPolicy": {"maxRestarts": 0}}), [], answered, NOW
+    )
+    assert decision.status["phase"] == "Succeeded" and decision.status["reason"] == "Answered"
+    assert "restarts" not in decision.status and decision.lost_reason is None
+    assert [e.reason for e in decision.events] == ["Succeeded"]
+
+
+def test_an_unclaimable_state_holds_the_replacement_back_with_a_warning() -> None:
+    from alpineagents_operator.decide import claim_refused
+
+    interrupted = run("Interrupted", attempt=1, nextAttemptAt=EARLIER, restarts=1)
+    decision = claim_refused(interrupted, 2, "StoreUnavailableError: timed out", 1, NOW)
+    assert decision.create_pod is None and not decision.claim_state
+    assert "phase" not in decision.status  # still Interrupted: no pod was lost
+    assert "restarts" not in decision.status and "attempt" not in decision.status
+    assert decision.status["reason"] == "FencingFailed"
+    message = decision.status["message"]
+    assert "could not claim State agents.triage.6f1d2c3b before starting pod triage-2" in message
+    assert "StoreUnavailableError: timed out" in message
+    assert [(e.type, e.reason) for e in decision.events] == [("Warning", "FencingFailed")]
+    assert decision.requeue_after == 1.0
+    conditions = {c["type"]: c for c in decision.status["conditions"]}
+    assert "could not claim State" in conditions["Succeeded"]["message"]
+
+
+def test_claim_retries_back_off_and_warn_once() -> None:
+    from alpineagents_operator.decide import claim_refused
+
+    first = claim_refused(run("Interrupted", attempt=1), 2, "boom", 1, NOW)
+    held = run("Interrupted", attempt=1, **first.status)
+    delays = [claim_refused(held, 2, "boom", n, NOW).requeue_after for n in (2, 3, 6, 7, 20)]
+    assert delays == [2.0, 4.0, 30.0, 30.0, 30.0]
+    assert not claim_refused(held, 2, "boom", 2, NOW).events

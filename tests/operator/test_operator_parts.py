@@ -3,7 +3,9 @@ its configuration and its metrics."""
 
 from __future__ import annotations
 
+import base64
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from alpineagents import FileStore, Message, Record, State
 from alpineagents.state import UNKNOWN_RESULT
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.metrics import OperatorMetrics
-from alpineagents_operator.pods import pod_manifest
+from alpineagents_operator.pods import pod_manifest, spec_secret
 from alpineagents_operator.saved_state import read_saved, saved_view
 from alpineagents_operator.views import AgentRunView
 
@@ -40,6 +42,27 @@ CONFIG = OperatorConfig(
 def env_of(pod: dict[str, object]) -> dict[str, object]:
     container = pod["spec"]["containers"][0]  # type: ignore[index]
     return {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
+
+
+def secrets_named(pod: dict[str, object]) -> set[str]:
+    """Every Secret a pod refers to (env, envFrom, volumes)."""
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key in ("secretKeyRef", "secretRef"):
+                if isinstance(node.get(key), dict):
+                    found.add(node[key]["name"])
+            if isinstance(node.get("secret"), dict):
+                found.add(node["secret"]["secretName"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(pod)
+    return found
 
 
 # ------------------------------------------------------------------------------ the pod
@@ -78,9 +101,28 @@ def test_the_pod_is_locked_down() -> None:
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
-    mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {"/tmp", "/work"} and container["workingDir"] == "/work"
-    assert all("emptyDir" in v for v in spec["volumes"])
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert set(mounts) == {
+        "/tmp",
+        "/work",
+        "/etc/alpineagents",
+        "/var/run/secrets/alpineagents/store",
+    }
+    assert mounts["/etc/alpineagents"]["readOnly"] is True
+    assert mounts["/var/run/secrets/alpineagents/store"]["readOnly"] is True
+    assert container["workingDir"] == "/work"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes["tmp"] and "emptyDir" in volumes["work"]
+    assert volumes["spec"]["secret"] == {"secretName": "triage-1-spec", "defaultMode": 0o440}
+    assert volumes["store-credentials"]["secret"] == {
+        "secretName": "triage-store-credentials",
+        "defaultMode": 0o440,
+    }
+    # Limited even when the AgentRun says nothing: a runaway tool cannot take the node.
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi", "ephemeral-storage": "2Gi"},
+    }
     assert container["terminationMessagePath"] == "/dev/termination-log"
     assert container["command"] == ["python", "-m", "alpineagents", "run"]
     assert container["image"] == "runner:1"
@@ -88,10 +130,14 @@ def test_the_pod_is_locked_down() -> None:
 
 def test_the_pod_gets_the_runner_contract_and_secrets_by_reference() -> None:
     run = agentrun(tools=["shell"], approvals=[{"callId": "c1", "allow": True}])
-    env = env_of(pod_manifest(run, 1, CONFIG))
-    assert json.loads(str(env["ALPINEAGENTS_SPEC"]))["approvals"] == [
-        {"callId": "c1", "allow": True}
-    ]
+    pod = pod_manifest(run, 1, CONFIG)
+    env = env_of(pod)
+    assert "ALPINEAGENTS_SPEC" not in env  # exec refuses one variable over 128 KiB
+    assert env["ALPINEAGENTS_SPEC_FILE"] == "/etc/alpineagents/spec.json"
+    [mount] = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "spec"]
+    assert mount == {"name": "spec", "mountPath": "/etc/alpineagents", "readOnly": True}
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "spec"]
+    assert volume["secret"] == {"secretName": "triage-1-spec", "defaultMode": 0o440}
     assert env["ALPINEAGENTS_STORE"] == CONFIG.store
     assert env["ALPINEAGENTS_STATE_ID"] == "agents.triage.6f1d2c3b"
     assert env["TERMINATION_MESSAGE_PATH"] == "/dev/termination-log"
@@ -99,9 +145,78 @@ def test_the_pod_gets_the_runner_contract_and_secrets_by_reference() -> None:
     assert env["ANTHROPIC_API_KEY"] == {
         "secretKeyRef": {"name": "anthropic", "key": "ANTHROPIC_API_KEY"}
     }
+    # The run's own credentials, as files the runner reads again when they are renewed;
+    # never the store Secret's broad key.
+    assert env["AWS_SECRET_ACCESS_KEY_FILE"] == (
+        "/var/run/secrets/alpineagents/store/AWS_SECRET_ACCESS_KEY"
+    )
+    assert env["AWS_SESSION_TOKEN_FILE"] == "/var/run/secrets/alpineagents/store/AWS_SESSION_TOKEN"
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "AWS_ACCESS_KEY_ID" not in env
+    assert secrets_named(pod_manifest(run, 1, CONFIG)) == {
+        "anthropic",
+        "triage-store-credentials",
+        "triage-1-spec",
+    }
+
+
+def test_with_shared_credentials_the_pod_gets_the_store_secret() -> None:
+    shared = replace(CONFIG, run_credentials="shared")
+    pod = pod_manifest(agentrun(), 1, shared)
+    env = env_of(pod)
     assert env["AWS_SECRET_ACCESS_KEY"] == {
         "secretKeyRef": {"name": "store-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
     }
+    assert "AWS_SECRET_ACCESS_KEY_FILE" not in env
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "work", "spec"]
+
+
+def test_a_file_store_needs_no_credentials_at_all() -> None:
+    pod = pod_manifest(agentrun(store="file:///data/runs"), 1, CONFIG)
+    env = env_of(pod)
+    assert not [name for name in env if name.startswith("AWS_")]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "work", "spec"]
+
+
+def test_an_agentrun_may_not_ask_for_the_store_secret() -> None:
+    from alpineagents_operator.pods import forbidden_secret_refs
+
+    by_env = agentrun(
+        env=[
+            {"name": "K", "valueFrom": {"secretKeyRef": {"name": "store-credentials", "key": "x"}}}
+        ]
+    )
+    by_env_from = agentrun(envFrom=[{"secretRef": {"name": "store-credentials"}}])
+    by_mcp_header = agentrun(
+        mcpServers=[
+            {
+                "name": "leaky",
+                "url": "http://mcp.example/mcp",
+                "headers": [
+                    {"name": "X-Key", "secretKeyRef": {"name": "store-credentials", "key": "x"}}
+                ],
+            }
+        ]
+    )
+    for run in (by_env, by_env_from, by_mcp_header):
+        problem = forbidden_secret_refs(run, CONFIG)
+        assert problem is not None and "'store-credentials'" in problem
+    assert forbidden_secret_refs(by_env, replace(CONFIG, run_credentials="shared")) is None
+    assert (
+        forbidden_secret_refs(agentrun(envFrom=[{"secretRef": {"name": "mine"}}]), CONFIG) is None
+    )
+
+
+def test_the_spec_travels_in_an_immutable_secret_owned_by_the_agentrun() -> None:
+    run = agentrun(prompt="é" * 10, approvals=[{"callId": "c1", "allow": True}])
+    secret = spec_secret(run, 2)
+    assert secret["metadata"]["name"] == "triage-2-spec"
+    assert secret["metadata"]["labels"]["alpineagents.dev/run"] == "triage"
+    assert secret["metadata"]["labels"]["alpineagents.dev/attempt"] == "2"
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [UID]
+    assert secret["metadata"]["annotations"] == {"alpineagents.dev/state-id": run.state_id}
+    text = base64.b64decode(secret["data"]["spec.json"]).decode("utf-8")
+    assert json.loads(text) == dict(run.spec)
+    assert "é" * 10 in text  # not \u-escaped: six bytes a character would not fit
 
 
 def test_the_agentrun_shapes_its_pod() -> None:
@@ -225,6 +340,21 @@ def test_config_from_the_environment() -> None:
     assert OperatorConfig.from_env({}).pod_command == ("python", "-m", "alpineagents", "run")
     with pytest.raises(ValueError, match="JSON list of strings"):
         OperatorConfig.from_env({"ALPINEAGENTS_POD_COMMAND": "python -m x"})
+    assert OperatorConfig.from_env({}).per_run_credentials
+    shared = OperatorConfig.from_env(
+        {"ALPINEAGENTS_RUN_CREDENTIALS": "Shared", "ALPINEAGENTS_RUN_CREDENTIALS_SECONDS": "900"}
+    )
+    assert not shared.per_run_credentials and shared.run_credentials_seconds == 900
+    with pytest.raises(ValueError, match="sts or shared"):
+        OperatorConfig.from_env({"ALPINEAGENTS_RUN_CREDENTIALS": "maybe"})
+    limits = OperatorConfig.from_env(
+        {"ALPINEAGENTS_RUN_RESOURCES": '{"limits": {"memory": "2Gi", "cpu": "1"}}'}
+    )
+    assert limits.run_resources == {"limits": {"memory": "2Gi", "cpu": "1"}}
+    with pytest.raises(ValueError, match="ALPINEAGENTS_RUN_RESOURCES must be a JSON object"):
+        OperatorConfig.from_env({"ALPINEAGENTS_RUN_RESOURCES": '{"memory": "2Gi"}'})
+    with pytest.raises(ValueError, match="900 to 43200"):
+        OperatorConfig.from_env({"ALPINEAGENTS_RUN_CREDENTIALS_SECONDS": "60"})
 
 
 def test_runs_by_phase_follow_each_run() -> None:
@@ -239,3 +369,18 @@ def test_runs_by_phase_follow_each_run() -> None:
         return float(sample or 0)
 
     assert (value("Running"), value("Succeeded")) == (0, 1)
+
+
+def test_with_encryption_the_pod_gets_the_keyring_by_reference() -> None:
+    config = replace(CONFIG, encryption_secret="keyring")
+    env = env_of(pod_manifest(agentrun(), 1, config))
+    assert env["ALPINEAGENTS_ENCRYPTION_KEYS"] == {
+        "secretKeyRef": {"name": "keyring", "key": "keys"}
+    }
+    # Listed as a secret: the runner masks the keys wherever it writes.
+    assert "ALPINEAGENTS_ENCRYPTION_KEYS" in str(env["ALPINEAGENTS_SECRET_ENV"]).split(",")
+    # Not the AgentRun's to override.
+    run = agentrun(env=[{"name": "ALPINEAGENTS_ENCRYPTION_KEYS", "value": "mine:xx"}])
+    assert env_of(pod_manifest(run, 1, config))["ALPINEAGENTS_ENCRYPTION_KEYS"] == {
+        "secretKeyRef": {"name": "keyring", "key": "keys"}
+    }

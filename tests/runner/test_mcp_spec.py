@@ -102,3 +102,10 @@ def test_server_names_are_unique() -> None:
     twice = [{"name": "calc", "url": "http://a"}, {"name": "calc", "url": "http://b"}]
     with pytest.raises(MCPSpecError, match=r"mcpServers\[1\]\.name: 'calc' is taken"):
         parse_mcp_servers({"mcpServers": twice})
+
+
+def test_the_runs_redactor_masks_the_mcp_secrets() -> None:
+    from alpineagents.redaction import Redactor
+
+    redactor = Redactor.from_environment(SECRETS)
+    assert redactor.text("sent Bearer abc and xyz") == "sent *** and xyz"  # xyz: too short

@@ -413,6 +413,61 @@ def test_pod_mode_reads_spec_store_and_id_from_the_environment(
     assert workspace.store.load("default.job-7").answer == "From the pod."
 
 
+def test_pod_mode_reads_a_spec_too_long_for_the_environment_from_its_file(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess]
+) -> None:
+    # exec refuses one variable over 128 KiB: this prompt could never start in ALPINEAGENTS_SPEC.
+    prompt = "Summarise this. " + "lorem ipsum " * (200 * 1024 // 12)
+    spec_file = workspace.work / "spec.json"
+    spec_file.write_text(json.dumps({"model": "claude-sonnet-5", "prompt": prompt}))
+    model_server.add(reply("Summarised."))
+    runner = RunnerProcess(
+        ["run"],
+        workdir=workspace.work,
+        env=child_env(
+            model_server,
+            ALPINEAGENTS_SPEC_FILE=str(spec_file),
+            ALPINEAGENTS_STORE=f"file://{workspace.runs}",
+            ALPINEAGENTS_STATE_ID="default.long-prompt",
+        ),
+    )
+    runners.append(runner)
+    assert runner.wait() == 0, runner.stderr
+    state = workspace.store.load("default.long-prompt")
+    assert state.answer == "Summarised."
+    assert state.messages[0].text == prompt
+
+
+def test_a_store_url_holding_a_password_is_refused_without_repeating_it() -> None:
+    from alpineagents.runner import open_run_store
+
+    for url in ("s3://AKIA1:topsecret@runs/x?endpoint=127.0.0.1:1", "ftp://me:topsecret@x/y"):
+        with pytest.raises(SpecError) as refused:
+            open_run_store(url, {})
+        assert "topsecret" not in str(refused.value)
+        assert "***@" in str(refused.value)
+
+
+def test_pod_mode_with_an_unreadable_spec_file_exits_65_naming_it(
+    workspace: Workspace, runners: list[RunnerProcess]
+) -> None:
+    missing = workspace.work / "no-such-spec.json"
+    runner = RunnerProcess(
+        ["run"],
+        workdir=workspace.work,
+        env=child_env(
+            None,
+            ALPINEAGENTS_SPEC_FILE=str(missing),
+            ALPINEAGENTS_STORE=f"file://{workspace.runs}",
+            ALPINEAGENTS_STATE_ID="default.no-spec",
+        ),
+    )
+    runners.append(runner)
+    assert runner.wait() == 65
+    assert f"ALPINEAGENTS_SPEC_FILE ({missing})" in runner.message["error"]
+    assert "cannot be read" in runner.message["error"]
+
+
 # ---------------------------------------------------------------------------- agent factories
 
 

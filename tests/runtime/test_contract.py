@@ -764,6 +764,35 @@ class TestSteps:
         last = model_server.requests[-1].body["messages"]
         assert "Summary: asked" in last[0]["content"][0]["text"]
 
+    def test_each_request_sends_the_conversation_as_it_is_also_after_a_compaction(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
+        # The Agent extends its last request's messages instead of converting the whole
+        # conversation again each step; a compaction in the middle of a run must start over.
+        model_server.add(reply("Part 0: " + "x" * 600))
+        state = new_state()
+        agent = agent_for(store, lookup, compact_after=1000)
+        agent.run(state)
+        state.send("Next question")
+        model_server.add(
+            reply("Part 1: " + "x" * 600, tool_use("lookup", {"key": "k1"})),
+            reply("Summary: parts 0 and 1."),  # the conversation passed 1,000 characters
+            reply("All done."),
+        )
+        assert agent.run(state) == "All done."
+        assert [e.kind for e in state.history].count("compaction") == 1
+        asked = [r.body for r in model_server.requests if "tools" in r.body]
+        expected: list[dict[str, Any]] = []  # the API wants one message per turn of a role
+        for message in state.messages[:-1]:
+            if expected and expected[-1]["role"] == message.role:
+                expected[-1]["content"] += message.blocks
+            else:
+                expected.append({"role": message.role, "content": message.blocks})
+        assert asked[-1]["messages"] == expected
+        first = [block["text"] for block in expected[0]["content"]]
+        assert first[0].startswith("Summary of the earlier conversation:")
+        assert first[1] == "Next question"
+
     def test_a_call_waiting_for_a_person_stops_the_run_until_approved(
         self, store: Store, model_server: ModelServer
     ) -> None:

@@ -15,6 +15,11 @@ def saved_state(store: FileStore, state_id: str = "report", messages: int = 3) -
     return state
 
 
+def entry_lines(history: Path) -> int:
+    """Complete entry lines in a history file (its other lines carry the info)."""
+    return sum(1 for line in history.read_bytes().split(b"\n")[:-1] if line.startswith(b'{"seq":'))
+
+
 def test_a_torn_last_line_never_hides_or_corrupts_a_saved_entry(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     state = saved_state(store)
@@ -26,7 +31,7 @@ def test_a_torn_last_line_never_hides_or_corrupts_a_saved_entry(tmp_path: Path) 
     store.save(state)  # the next save cuts the torn line and appends whole entries
     loaded = store.load("report")
     assert loaded == state and [m.text for m in loaded.messages][-1] == "message 3"
-    assert history.read_bytes().count(b"\n") == 4
+    assert entry_lines(history) == 4
 
 
 def test_each_save_appends_only_the_new_entries(tmp_path: Path) -> None:
@@ -40,7 +45,7 @@ def test_each_save_appends_only_the_new_entries(tmp_path: Path) -> None:
     store.write(
         "report", [e.to_dict() for e in state.history], state.to_record().info
     )  # all sent again
-    assert history.read_bytes().count(b"\n") == 2
+    assert entry_lines(history) == 2
 
 
 @pytest.mark.parametrize("state_id", ["../escape", "..", ".", "a/b", "/etc/passwd", "ünï cödé"])
@@ -61,3 +66,66 @@ def test_an_empty_or_too_long_id_is_refused(tmp_path: Path) -> None:
         State(id="")
     with pytest.raises(ValueError, match="too long"):
         saved_state(FileStore(tmp_path), "x" * 300)
+
+
+def test_a_save_is_one_append_and_the_info_follows_across_rewrites(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    state = saved_state(store, messages=1)
+    folder = next(tmp_path.glob("report"))
+    info_json = (folder / "info.json").read_bytes()
+    for n in range(400):  # past several rewrites of info.json (one per 64 KiB of lines)
+        state.send(f"message {n}: " + "x" * 300)
+        store.save(state)
+        if n == 0:  # the common save appends its entry and touches nothing else
+            assert (folder / "info.json").read_bytes() == info_json
+    wanted = state.to_record().info
+    for reader in (store, FileStore(tmp_path)):  # this store, and a new one (a new process)
+        record = reader.read("report")
+        assert record is not None and record.info == wanted
+        assert reader.list()[0].entries == len(state.history) == wanted["entries"]
+    assert FileStore(tmp_path).load("report") == state
+
+
+def test_an_info_rewrite_without_its_mark_reads_the_same(tmp_path: Path) -> None:
+    # A crash after info.json was rewritten but before its mark line reached the disk.
+    store = FileStore(tmp_path)
+    state = saved_state(store, messages=1)
+    for n in range(300):
+        state.send(f"message {n}: " + "x" * 300)
+        store.save(state)
+    history = tmp_path / "report" / "history.jsonl"
+    lines = history.read_bytes().split(b"\n")
+    marks = [i for i, line in enumerate(lines) if line == b'{"store":"info.json"}']
+    assert len(marks) >= 2  # the one at create, and the rewrites since
+    del lines[marks[-1]]
+    history.write_bytes(b"\n".join(lines))
+    fresh = FileStore(tmp_path)
+    record = fresh.read("report")
+    assert record is not None and record.info == state.to_record().info
+    assert fresh.list()[0].entries == len(state.history)
+    state.send("after the crash")
+    fresh.save(state)
+    assert FileStore(tmp_path).load("report") == state
+
+
+def test_read_since_reads_the_tail_and_gives_what_a_whole_read_gives(tmp_path: Path) -> None:
+    # Saves whose info changes otherwise than the entries say (info lines), past several
+    # rewrites of info.json (marks), then a torn last line: what a follower reads from any
+    # seq on is what a whole read holds from there, with the same info.
+    store = FileStore(tmp_path)
+    state = saved_state(store, messages=1)
+    for n in range(400):
+        state.send(f"message {n}: " + "x" * 300)
+        state.send(f"and {n}")
+        record = state.to_record()
+        store.write("report", record.entries, {**record.info, "turns": n})
+    with (tmp_path / "report" / "history.jsonl").open("ab") as file:
+        file.write(b'{"seq":801,"kind":"mess')
+    whole = FileStore(tmp_path).read("report")
+    assert whole is not None and len(whole.entries) == 801 and whole.info["turns"] == 399
+    for seq in (0, 1, 400, 790, 800, 801, 900):
+        since = FileStore(tmp_path).read_since("report", seq)
+        assert since is not None
+        assert since.entries == whole.entries[seq:]
+        assert since.info == whole.info
+    assert FileStore(tmp_path).read_since("nothing", 5) is None

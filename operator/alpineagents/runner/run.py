@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import anthropic
-
 from .. import builtin_tools
+from .. import model as _model
 from ..agent import Agent
 from ..errors import StateNotFoundError, StoreUnavailableError
 from ..pod_contract import (
@@ -32,9 +31,10 @@ from ..pod_contract import (
     termination_message_json,
     write_termination_message,
 )
+from ..redaction import Redactor
 from ..state import State, error_text
 from ..store.base import Store
-from ..store.url import open_store
+from ..store.url import open_store, redact
 from ..toolsets import ToolsetUnavailable
 from .build import build_agent
 from .progress import LoggedStore, ProgressLog
@@ -66,10 +66,11 @@ def open_run_store(url: str | None, environ: Mapping[str, str] | None = None) ->
     try:
         return open_store(location, env=dict(env))
     except (ValueError, TypeError, LookupError) as error:
-        raise SpecError("store", f"{location}: {error}") from None
+        # The URL itself may hold a secret by mistake: it is never shown as given.
+        raise SpecError("store", f"{redact(location)}: {error}") from None
     except Exception as error:
         raise StoreUnavailableError(
-            f"cannot reach the store {location}: {error_text(error)}"
+            f"cannot reach the store {redact(location)}: {error_text(error)}"
         ) from None
 
 
@@ -143,8 +144,8 @@ def run_agent_run(
 ) -> RunResult:
     """Run or resume one AgentRun, and report how it ended.
 
-    The spec comes from ``manifest`` (an AgentRun YAML file) or else from
-    ``ALPINEAGENTS_SPEC``; the store from ``store_url``, ``ALPINEAGENTS_STORE`` or
+    The spec comes from ``manifest`` (an AgentRun YAML file) or else from the file
+    ``ALPINEAGENTS_SPEC_FILE`` names or ``ALPINEAGENTS_SPEC``; the store from ``store_url``, ``ALPINEAGENTS_STORE`` or
     ``./.agent-runs``; the id from ``state_id``, ``ALPINEAGENTS_STATE_ID`` or the
     manifest's ``metadata.name``. The termination message is written to
     ``$TERMINATION_MESSAGE_PATH`` (or ``/dev/termination-log`` when it is writable).
@@ -152,7 +153,8 @@ def run_agent_run(
     """
     restore = install_sigterm_handler()
     env = os.environ if environ is None else environ
-    run = _Run(env, log)
+    redactor = Redactor.from_environment(env)
+    run = _Run(env, log, redactor)
     try:
         result = run.execute(manifest, store_url, state_id, workdir)
     except SystemExit as stop:
@@ -162,6 +164,8 @@ def run_agent_run(
         result = run.result(ExitCode.INTERRUPTED, "stopped", "stopped: KeyboardInterrupt")
     finally:
         builtin_tools.stop_commands()
+    # The report goes to the AgentRun's status and Events: no secret of the pod in it.
+    result = RunResult(result.exit_code, redactor.data(result.message), result.state)
     with contextlib.suppress(SystemExit, KeyboardInterrupt):
         where = write_termination_message(result.message, env)
         if run.log is not None:
@@ -173,9 +177,12 @@ def run_agent_run(
 class _Run:
     """One run's steps and what they found so far, for the termination message."""
 
-    def __init__(self, environ: Mapping[str, str], log: ProgressLog | None) -> None:
+    def __init__(
+        self, environ: Mapping[str, str], log: ProgressLog | None, redactor: Redactor
+    ) -> None:
         self.environ = environ
         self.log = log
+        self.redactor = redactor
         self.state_id: str | None = None
         self.state: State | None = None
         self.store: LoggedStore | None = None
@@ -192,7 +199,9 @@ class _Run:
             plan = self._plan(manifest, state_id)
             for warning in plan.warnings:
                 self._note("warning", warning)
-            self.store = LoggedStore(open_run_store(store_url, self.environ), self.log)
+            self.store = LoggedStore(
+                open_run_store(store_url, self.environ), self.log, self.redactor
+            )
             agent = build_agent(plan, workdir=workdir, environ=self.environ)
         except SpecError as error:
             return self.result(ExitCode.NOT_RETRYABLE, "failed", str(error))
@@ -265,13 +274,13 @@ class _Run:
         assert self.store is not None
         if error is self.store.failure:
             return self.result(ExitCode.RETRYABLE, "retryable", _store_problem(self.store, error))
-        if isinstance(error, anthropic.APIStatusError):
-            status = error.status_code
+        if _model.sdk_error(error, "APIStatusError"):
+            status = int(getattr(error, "status_code", 0))
             if 400 <= status < 500 and status not in (408, 409, 429):
                 return self.result(
                     ExitCode.NOT_RETRYABLE, "failed", f"the model refused: {error_text(error)}"
                 )
-        if isinstance(error, anthropic.APIError):
+        if _model.sdk_error(error, "APIError"):
             return self.result(
                 ExitCode.RETRYABLE, "retryable", f"model unavailable: {error_text(error)}"
             )

@@ -21,7 +21,8 @@ import yaml
 from .. import builtin_tools
 from ..mcp_spec import MCPServerSpec, MCPSpecError, parse_mcp_servers
 from ..messages import Message
-from ..pod_contract import API_VERSION, ENV_SPEC, KIND
+from ..pod_contract import API_VERSION, ENV_SPEC, ENV_SPEC_FILE, KIND
+from ..state import error_text
 
 __all__ = [
     "Approval",
@@ -260,20 +261,31 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str | N
 
 
 def spec_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The spec a pod gets as JSON in ``ALPINEAGENTS_SPEC``."""
-    raw = environ.get(ENV_SPEC)
-    if not raw:
-        raise SpecError(
-            "ALPINEAGENTS_SPEC",
-            "not set: give an AgentRun manifest (alpineagents run FILE.yaml), or set it to the "
-            "spec as JSON",
-        )
+    """The spec a pod gets as JSON: in the file ``ALPINEAGENTS_SPEC_FILE`` names (the
+    operator mounts it from a Secret), else in ``ALPINEAGENTS_SPEC`` itself."""
+    path = environ.get(ENV_SPEC_FILE)
+    if path:
+        where = f"{ENV_SPEC_FILE} ({path})"
+        try:
+            raw = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise SpecError(where, f"cannot be read: {error_text(error)}") from None
+    else:
+        where = ENV_SPEC
+        raw = environ.get(ENV_SPEC, "")
+        if not raw:
+            raise SpecError(
+                ENV_SPEC,
+                f"not set: give an AgentRun manifest (alpineagents run FILE.yaml), set "
+                f"{ENV_SPEC_FILE} to a file holding the spec as JSON, or set {ENV_SPEC} to "
+                f"the spec as JSON",
+            )
     try:
         spec = json.loads(raw)
     except json.JSONDecodeError as error:
-        raise SpecError("ALPINEAGENTS_SPEC", f"not valid JSON: {error}") from None
+        raise SpecError(where, f"not valid JSON: {error}") from None
     if not isinstance(spec, dict):
-        raise SpecError("ALPINEAGENTS_SPEC", "must be a JSON object (the AgentRun's .spec)")
+        raise SpecError(where, "must be a JSON object (the AgentRun's .spec)")
     return spec
 
 

@@ -90,6 +90,16 @@ class Store:
         """Delete one State (not its subagents). Deleting an unknown id does nothing."""
         self._sync_missing("delete")
 
+    def read_since(self, state_id: str, seq: int) -> Record | None:
+        """What is new of a State for a reader that has its first ``seq`` entries.
+
+        The entries from ``seq`` on (none when nothing is new) and the info, or ``None``
+        if there is no such State. This one reads the whole history and drops the rest;
+        a store that can read only a history's tail overrides it (FileStore and
+        MinioStore do), so following a long run costs what is new, not its length.
+        """
+        return _from_seq(self.read(state_id), seq)
+
     async def awrite(
         self,
         state_id: str,
@@ -108,6 +118,11 @@ class Store:
 
     async def adelete(self, state_id: str) -> None:
         await self._on_thread(lambda: self.delete(state_id), "delete")
+
+    async def aread_since(self, state_id: str, seq: int) -> Record | None:
+        if _overrides(self, "aread") and not _overrides(self, "read_since"):
+            return _from_seq(await self.aread(state_id), seq)  # an async-only store
+        return await self._on_thread(lambda: self.read_since(state_id, seq), "read")
 
     def same_as(self, other: Store) -> bool:
         """Whether ``other`` reaches the same saved States (FileStore: the same folder)."""
@@ -248,6 +263,12 @@ def _cursor_of(state: State) -> _SaveCursor | None:
     if cursor is not None and not isinstance(cursor, _SaveCursor):
         raise TypeError(f"State {state.id!r} has a save cursor of {type(cursor).__name__}")
     return cursor
+
+
+def _from_seq(record: Record | None, seq: int) -> Record | None:
+    if record is None:
+        return None
+    return Record([e for e in record.entries if int(e["seq"]) >= seq], record.info)
 
 
 def _overrides(store: Store, method: str) -> bool:

@@ -7,6 +7,9 @@
   ``s3.amazonaws.com``), ``secure`` (default true), ``region`` (default ``$AWS_REGION``,
   ``$AWS_DEFAULT_REGION`` or ``us-east-1``), ``timeout`` and ``retry_budget`` (seconds),
   ``create_bucket`` (default true).
+- Either kind takes ``encrypted=true``: the store is wrapped in an
+  :class:`~alpineagents.encryption.EncryptedStore` with the keys in
+  ``ALPINEAGENTS_ENCRYPTION_KEYS`` (or ``ALPINEAGENTS_ENCRYPTION_KEYS_FILE``).
 
 Credentials never go in the URL (it ends up in logs and resource specs); they come from
 the environment: ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (and
@@ -19,9 +22,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from .base import Store
 from .file import FileStore
@@ -29,7 +33,7 @@ from .file import FileStore
 if TYPE_CHECKING:
     from .s3 import MinioStore
 
-__all__ = ["open_store", "redact"]
+__all__ = ["S3Credentials", "S3Location", "open_store", "redact", "s3_credentials", "s3_location"]
 
 SCHEMES = ("file", "s3")
 _HAS_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -49,6 +53,23 @@ def open_store(url: str, env: Mapping[str, str] | None = None) -> Store:
     env = os.environ if env is None else env
     if not url:
         raise ValueError("a store URL must not be empty: use a path, file:///path or s3://")
+    url, encrypted = _encryption_option(url)
+    store = _plain_store(url, env)
+    if not encrypted:
+        return store
+    from .encrypted import EncryptedStore, Keyring  # needs the optional `cryptography`
+
+    keyring = Keyring.from_env(env)
+    if keyring is None:
+        raise ValueError(
+            f"store URL {redact(url)!r} asks for encryption (encrypted=true) but "
+            f"ALPINEAGENTS_ENCRYPTION_KEYS (or ALPINEAGENTS_ENCRYPTION_KEYS_FILE) is not set: "
+            f"give the keys (python -m alpineagents.store.encrypted new-key ID makes one)"
+        )
+    return EncryptedStore(store, keyring)
+
+
+def _plain_store(url: str, env: Mapping[str, str]) -> Store:
     if not _HAS_SCHEME.match(url):
         return FileStore(Path(url).expanduser())
     parts = urlsplit(url)
@@ -82,10 +103,58 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc="***@" + host))
 
 
-def _s3_store(url: str, env: Mapping[str, str]) -> MinioStore:
-    from .s3 import MinioStore  # needs the optional `minio` dependency
-
+def _encryption_option(url: str) -> tuple[str, bool]:
+    """``url`` without its ``encrypted`` option, and whether that option was true."""
+    if not _HAS_SCHEME.match(url):
+        return url, False
     parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    chosen = [value for name, value in pairs if name == "encrypted"]
+    if not chosen:
+        return url, False
+    rest = urlencode([(name, value) for name, value in pairs if name != "encrypted"])
+    return urlunsplit(parts._replace(query=rest)), _flag(chosen[-1], "encrypted", url)
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """Where an ``s3://`` store URL points, with its options (never credentials)."""
+
+    bucket: str
+    prefix: str
+    """The key prefix as the URL path gives it (MinioStore normalizes it)."""
+    endpoint: str
+    """``host:port``."""
+    secure: bool
+    region: str
+    timeout: float
+    retry_budget: float
+    create_bucket: bool
+
+    @property
+    def endpoint_url(self) -> str:
+        """``http(s)://host:port``: where the S3 (and STS) API answers."""
+        return f"{'https' if self.secure else 'http'}://{self.endpoint}"
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    """The credentials the environment gives an ``s3://`` store; secrets kept out of repr."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    files: tuple[str, str, str | None] | None = None
+    """The files they were read from (``*_FILE`` variables), read again when they change."""
+
+
+def s3_location(url: str, env: Mapping[str, str] | None = None) -> S3Location:
+    """Parse an ``s3://bucket/prefix?options`` URL (see the module docstring)."""
+    env = os.environ if env is None else env
+    url, _ = _encryption_option(url)
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "s3":
+        raise ValueError(f"store URL {redact(url)!r} is not an s3:// URL")
     if "@" in parts.netloc:
         raise ValueError(
             f"store URL {redact(url)!r} holds credentials: they do not go in the URL; set "
@@ -110,15 +179,11 @@ def _s3_store(url: str, env: Mapping[str, str]) -> MinioStore:
             raise ValueError(f"store URL {redact(url)!r}: endpoint {endpoint!r} is not a URL")
         secure = where.scheme == "https"
         endpoint = where.netloc
-    region = option.get("region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-    access_key, secret_key, token = _credentials(env, url)
-    return MinioStore.connect(
-        endpoint,
-        bucket,
-        unquote(parts.path),
-        access_key=access_key,
-        secret_key=secret_key,
-        session_token=token,
+    region = option.get("region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    return S3Location(
+        bucket=bucket,
+        prefix=unquote(parts.path),
+        endpoint=endpoint,
         secure=secure,
         region=region or "us-east-1",
         timeout=_seconds(option.get("timeout", "5"), "timeout", url),
@@ -127,7 +192,43 @@ def _s3_store(url: str, env: Mapping[str, str]) -> MinioStore:
     )
 
 
-def _credentials(env: Mapping[str, str], url: str) -> tuple[str, str, str | None]:
+def _s3_store(url: str, env: Mapping[str, str]) -> MinioStore:
+    from .s3 import MinioStore  # needs the optional `minio` dependency
+
+    where = s3_location(url, env)
+    credentials = s3_credentials(url, env)
+    options: dict[str, Any] = {}
+    if credentials.files is not None:
+        from .s3.credential_files import CredentialFiles
+
+        # Read again when they change: the operator renews a run's short-lived
+        # credentials in its Secret, and the kubelet updates the mounted files.
+        options["credentials"] = CredentialFiles(*credentials.files)
+    else:
+        options["access_key"] = credentials.access_key
+        options["secret_key"] = credentials.secret_key
+        options["session_token"] = credentials.session_token
+    return MinioStore.connect(
+        where.endpoint,
+        where.bucket,
+        where.prefix,
+        secure=where.secure,
+        region=where.region,
+        timeout=where.timeout,
+        retry_budget=where.retry_budget,
+        create_bucket=where.create_bucket,
+        **options,
+    )
+
+
+def s3_credentials(url: str, env: Mapping[str, str] | None = None) -> S3Credentials:
+    """The credentials for the store at ``url`` from ``env`` (default os.environ).
+
+    ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (+ ``AWS_SESSION_TOKEN``), else
+    ``MINIO_ACCESS_KEY``/``MINIO_SECRET_KEY``, each also as ``*_FILE``. Raises
+    ``ValueError`` naming what is missing.
+    """
+    env = os.environ if env is None else env
     for access_name, secret_name, token_name in _CREDENTIALS:
         access = _secret(env, access_name)
         secret = _secret(env, secret_name)
@@ -141,7 +242,15 @@ def _credentials(env: Mapping[str, str], url: str) -> tuple[str, str, str | None
                 f"{have} is set but {lack} (or {lack}_FILE) is not: the store "
                 f"{redact(url)!r} needs both"
             )
-        return access, secret, _secret(env, token_name) if token_name else None
+        token = _secret(env, token_name) if token_name else None
+        files = None
+        from_files = not any(
+            env.get(name) for name in (access_name, secret_name, token_name) if name
+        )
+        if from_files:
+            token_file = env.get(f"{token_name}_FILE") if token_name else None
+            files = (env[access_name + "_FILE"], env[secret_name + "_FILE"], token_file or None)
+        return S3Credentials(access, secret, token, files)
     raise ValueError(
         f"no credentials for the store {redact(url)!r}: set AWS_ACCESS_KEY_ID and "
         f"AWS_SECRET_ACCESS_KEY, or MINIO_ACCESS_KEY and MINIO_SECRET_KEY (or their *_FILE "

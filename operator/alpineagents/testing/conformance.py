@@ -19,6 +19,7 @@ alpineagents itself), so ``alpineagents.testing`` does not import it: import thi
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -122,6 +123,28 @@ class StoreConformance:
         assert record is not None
         assert [e["seq"] for e in record.entries] == [0]
         assert record.info["stopped"] == "done"
+
+    def test_read_since_gives_only_what_is_new(self, store: Store) -> None:
+        assert store.read_since("run", 0) is None
+        store.write("run", [entry(0), entry(1)], info(2), create=True)
+        assert store.read_since("run", 2) == ([], info(2))
+        # A line longer than one read window, so a tail reader has to look further back.
+        later = [entry(2, "long " * 5000), entry(3), entry(4)]
+        store.write("run", later, info(5, stopped="answered"))
+        for seq in (0, 1, 2, 3, 5):
+            record = store.read_since("run", seq)
+            assert record is not None
+            got = sorted(record.entries, key=lambda e: e["seq"])
+            assert got == [entry(0), entry(1), *later][seq:]
+            assert record.info == info(5, stopped="answered")
+
+    def test_aread_since_gives_only_what_is_new(self, store: Store) -> None:
+        # asyncio.run rather than an async test: the suite needs no pytest plugin.
+        store.write("run", [entry(0), entry(1), entry(2)], info(3), create=True)
+        record = asyncio.run(store.aread_since("run", 1))
+        assert record is not None
+        assert sorted(record.entries, key=lambda e: e["seq"]) == [entry(1), entry(2)]
+        assert asyncio.run(store.aread_since("other", 0)) is None
 
     def test_create_refuses_an_existing_id_and_writes_nothing(self, store: Store) -> None:
         store.write("run", [entry(0), entry(1)], info(2), create=True)

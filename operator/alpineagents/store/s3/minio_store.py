@@ -133,9 +133,11 @@ from urllib.parse import unquote
 
 import urllib3
 from minio import Minio
+from minio.credentials.providers import Provider
 from minio.deleteobjects import DeleteObject
 from minio.error import InvalidResponseError, S3Error, ServerError
 
+from ... import collection
 from ...errors import (
     MissingBucketError,
     StateFencedError,
@@ -283,6 +285,7 @@ class MinioStore(Store):
         access_key: str | None = None,
         secret_key: str | None = None,
         session_token: str | None = None,
+        credentials: Provider | None = None,
         secure: bool = True,
         region: str | None = "us-east-1",
         timeout: float = 5.0,
@@ -293,7 +296,8 @@ class MinioStore(Store):
         """A MinioStore with its own client: ``endpoint`` is ``host:port``.
 
         ``timeout`` bounds each socket wait (connect, or waiting for an answer), and
-        ``retry_budget`` each whole operation. ``region`` set saves the bucket-location
+        ``retry_budget`` each whole operation. ``credentials`` (a ``minio`` credentials
+        provider) replaces the three keys, e.g. to follow files that get renewed. ``region`` set saves the bucket-location
         request a client makes otherwise.
         """
         client = Minio(
@@ -301,6 +305,7 @@ class MinioStore(Store):
             access_key=access_key,
             secret_key=secret_key,
             session_token=session_token,
+            credentials=credentials,
             secure=secure,
             region=region,
             http_client=cls.http_client(timeout),
@@ -388,13 +393,48 @@ class MinioStore(Store):
             entries = pick_entries(((s, fetched[s.key]) for s in live), committed)
             if len(entries) == committed:
                 self._remember_read(state_id, doc, etag)
-                return Record(_entries(entries, damaged), dict(doc["info"]))
+                with collection.paused():
+                    parsed = _entries(entries, damaged)
+                return Record(parsed, dict(doc["info"]))
             if attempt == _READ_ATTEMPTS - 1:  # listed afresh each time: not a merge race
                 missing = sorted(set(range(committed)) - {seq for seq, _ in entries})
                 raise StateFormatError(
                     f"{damaged}: {committed} entries are committed, but its segments lack "
                     f"{len(missing)} of them (seqs {missing[:5]}...)"
                 )
+        raise StoreUnavailableError(
+            f"State {state_id!r} in {self!r} kept changing while it was read; try again"
+        )
+
+    def read_since(self, state_id: str, seq: int) -> Record | None:
+        # One GET of info.json when nothing is new; else one LIST and the GETs of the
+        # segments that hold entries from ``seq`` on (after a merge, a bigger one).
+        # Unlike read, it does not count as a read a later claim is conditional on.
+        deadline = self._deadline()
+        folder = self._folder(state_id)
+        self._ensure_bucket(deadline)
+        fetched: dict[str, Lines] = {}
+        for attempt in range(_READ_ATTEMPTS):
+            got = self._get_info(folder, deadline)
+            if got is None:
+                return None
+            doc = got[0]
+            committed = int(doc["committed"])
+            if committed <= seq:
+                return Record([], dict(doc["info"]))
+            listed = self._list_segments(folder, str(doc["incarnation"]), deadline)
+            live = [s for s in live_segments(listed, committed, int(doc["epoch"])) if s.last >= seq]
+            try:
+                self._fetch(live, fetched, deadline)
+            except _Vanished:
+                continue
+            entries = [
+                (n, line)
+                for n, line in pick_entries(((s, fetched[s.key]) for s in live), committed)
+                if n >= seq
+            ]
+            if len(entries) == committed - seq or attempt == _READ_ATTEMPTS - 1:
+                return Record([json.loads(line) for _, line in entries], dict(doc["info"]))
         raise StoreUnavailableError(
             f"State {state_id!r} in {self!r} kept changing while it was read; try again"
         )
@@ -446,6 +486,15 @@ class MinioStore(Store):
                 keep = f"{folder}h-{again[0]['incarnation']}/"
                 keys = [k for k in keys if not k.startswith(keep) and k != folder + _INFO]
             self._remove(keys, deadline)
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket if it is missing (and ``create_bucket`` allows it).
+
+        Every operation does this on its own first use; call it where the credentials may
+        (an operator with the store's key) before handing the store to those that may not
+        (run pods with per-run credentials cannot create or even look at the bucket).
+        """
+        self._ensure_bucket(self._deadline())
 
     # ------------------------------------------------------------ fencing
     def claim(self, state_id: str) -> int:

@@ -1,0 +1,433 @@
+"""What the viewer's web routes call: plain typed functions over a store and a cluster.
+
+:class:`RunViewer` lists runs, follows one run (a snapshot, then only what is new, read
+with ``store.aread_since``), hands out pages of a followed run's rows and whole entries,
+and records approvals when they are turned on. Nothing here knows about HTTP; the tests
+call it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from alpineagents import State, StateInfo, Store, collection
+from alpineagents.state import check_format
+
+from .cluster import Answer, Cluster, ClusterError, ClusterRun
+from .timeline import JSON, ROW_COLUMNS, Row, Timeline
+
+FAST_POLL = 0.25  # seconds between two reads of a run that is going
+SLOW_POLL = 1.0  # ... of a run that stopped (it may be resumed)
+CLUSTER_EVERY = 2.0  # seconds between two reads of a followed run's AgentRun
+FIRST_ROWS = 120  # rows of a run's first message: the screenful it opens on, and more
+PAGE_LIMIT = 1000  # rows one page request may ask for
+
+
+class ViewerError(Exception):
+    """A request the viewer cannot do; ``status`` is the HTTP status that says why."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RunListing:
+    """One line of the runs list: a saved State, its AgentRun, or both."""
+
+    id: str
+    depth: int
+    parent_id: str | None = None
+    first_message: str | None = None
+    updated_at: datetime | None = None
+    stopped: str | None = None
+    entries: int = 0
+    turns: int = 0
+    usage: Mapping[str, int] = field(default_factory=dict)
+    answer: str | None = None
+    children: int = 0
+    saved: bool = True
+    cluster: ClusterRun | None = None
+
+    def to_json(self) -> JSON:
+        return {
+            "id": self.id,
+            "depth": self.depth,
+            "parent_id": self.parent_id,
+            "first_message": self.first_message,
+            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+            "stopped": self.stopped,
+            "entries": self.entries,
+            "turns": self.turns,
+            "usage": dict(self.usage),
+            "answer": self.answer,
+            "children": self.children,
+            "saved": self.saved,
+            "cluster": self.cluster.to_json() if self.cluster else None,
+        }
+
+
+def run_listings(
+    infos: Sequence[StateInfo], cluster_runs: Sequence[ClusterRun]
+) -> list[RunListing]:
+    """The runs list: top-level runs most recently updated first, each followed by its
+    subagents (nested, oldest first), and AgentRuns whose State is not saved yet."""
+    by_id = {info.id: info for info in infos}
+    by_state = {run.state_id: run for run in cluster_runs}
+    children: dict[str, list[StateInfo]] = {}
+    roots: list[StateInfo] = []
+    for info in infos:
+        if info.parent_id is not None and info.parent_id in by_id and info.parent_id != info.id:
+            children.setdefault(info.parent_id, []).append(info)
+        else:
+            roots.append(info)
+    listing: list[RunListing] = []
+    unsaved = [run for run in cluster_runs if run.state_id not in by_id]
+    for run in sorted(unsaved, key=lambda r: (r.namespace, r.name)):
+        listing.append(RunListing(id=run.state_id, depth=0, saved=False, cluster=run))
+
+    def add(info: StateInfo, depth: int, seen: set[str]) -> None:
+        kids = sorted(children.get(info.id, []), key=_oldest_first)
+        listing.append(_listing(info, depth, len(kids), by_state.get(info.id)))
+        for kid in kids:
+            if kid.id not in seen:
+                add(kid, depth + 1, seen | {kid.id})
+
+    for root in roots:  # infos come most recently updated first
+        add(root, 0, {root.id})
+    return listing
+
+
+def _oldest_first(info: StateInfo) -> str:
+    return info.updated_at.isoformat() if info.updated_at else ""
+
+
+def _listing(info: StateInfo, depth: int, children: int, run: ClusterRun | None) -> RunListing:
+    usage = info.extra.get("usage")
+    return RunListing(
+        id=info.id,
+        depth=depth,
+        parent_id=info.parent_id,
+        first_message=info.first_message,
+        updated_at=info.updated_at,
+        stopped=info.stopped,
+        entries=info.entries,
+        turns=int(info.extra.get("turns") or 0),
+        usage=(
+            {k: int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens")}
+            if isinstance(usage, Mapping)
+            else {}
+        ),
+        answer=info.answer,
+        children=children,
+        cluster=run,
+    )
+
+
+@dataclass
+class Update:
+    """One message of a followed run: rows new or changed since the last one, and the rest.
+
+    The first one (``reset``) holds the last rows (the page opens at the bottom; it asks
+    :meth:`RunViewer.page` for the others as they scroll into view, quoting ``follow_id``),
+    and what the page shows in its header (``about``); ``gone`` says the State was
+    deleted.
+    """
+
+    rows: list[Row]
+    summary: JSON
+    info: JSON
+    next_seq: int
+    reset: bool = False
+    cluster: JSON | None = None
+    gone: bool = False
+    about: JSON | None = None
+    follow_id: str | None = None
+
+    def to_json(self) -> JSON:
+        """The message as the page gets it: rows as lists, their fields named once."""
+        return {
+            "columns": ROW_COLUMNS,
+            "rows": [row.as_list() for row in self.rows],
+            "summary": self.summary,
+            "info": self.info,
+            "next_seq": self.next_seq,
+            "reset": self.reset,
+            "cluster": self.cluster,
+            "gone": self.gone,
+            "about": self.about,
+            "follow_id": self.follow_id,
+        }
+
+
+class RunViewer:
+    """The viewer's functions over one store and, in cluster mode, one cluster.
+
+    ``allow_approvals`` turns on :meth:`approve`; without it the viewer only reads.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        cluster: Cluster | None = None,
+        allow_approvals: bool = False,
+        fast_poll: float = FAST_POLL,
+        slow_poll: float = SLOW_POLL,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.allow_approvals = allow_approvals
+        self.fast_poll = fast_poll
+        self.slow_poll = slow_poll
+        self._followed: dict[str, tuple[str, Timeline]] = {}
+        """The timelines of the runs being followed, by follow id: what pages come from."""
+
+    def about(self) -> JSON:
+        """What the page shows in its header: where it reads, and whether it may write."""
+        return {
+            "store": repr(self.store),
+            "cluster": self.cluster.where if self.cluster else None,
+            "approvals": self.allow_approvals,
+        }
+
+    # ------------------------------------------------------------------ runs
+    async def runs(self) -> JSON:
+        """Every saved State (subagents under their parent) and, in cluster mode, every
+        AgentRun; ``cluster_error`` says why the AgentRuns are missing, if they are."""
+        try:
+            infos = await self.store.alist()
+        except Exception as error:
+            raise ViewerError(f"cannot list {self.store!r}: {_text(error)}", 502) from None
+        cluster_runs: list[ClusterRun] = []
+        cluster_error = None
+        if self.cluster is not None:
+            try:
+                cluster_runs = await asyncio.to_thread(self.cluster.runs)
+            except ClusterError as error:
+                cluster_error = str(error)
+        return {
+            "runs": [row.to_json() for row in run_listings(infos, cluster_runs)],
+            "cluster_error": cluster_error,
+            **self.about(),
+        }
+
+    # ------------------------------------------------------------------ one run
+    async def follow(
+        self, state_id: str, *, still_wanted: Callable[[], Any] | None = None
+    ) -> AsyncIterator[Update]:
+        """A snapshot of the run, then an update each time entries are saved.
+
+        Each read asks the store only for entries from the next seq on. Ends when
+        ``still_wanted`` (awaited if it returns an awaitable) says False, or the State is
+        deleted (a last update with ``gone``). While it goes on, :meth:`page` gives the
+        rows of its timeline under the first update's ``follow_id``.
+        """
+        timeline = Timeline()
+        record = await self._read_since(state_id, 0)
+        if record is None:
+            raise ViewerError(f"no saved State {state_id!r} in {self.store!r}", 404)
+        _check(state_id, record.info)
+        run = await self._cluster_run(state_id)
+        # The whole history at once: on a thread, so other requests are served meanwhile.
+        await asyncio.to_thread(_build, timeline, record.entries)
+        follow_id = secrets.token_urlsafe(12)
+        self._followed[follow_id] = (state_id, timeline)
+        try:
+            count = len(timeline.rows)
+            yield Update(
+                rows=timeline.page(count - FIRST_ROWS, count),
+                summary=timeline.summary.to_json(),
+                info=dict(record.info),
+                next_seq=timeline.next_seq,
+                reset=True,
+                cluster=run.to_json() if run else None,
+                about=self.about(),
+                follow_id=follow_id,
+            )
+            info, cluster_seen = dict(record.info), asyncio.get_running_loop().time()
+            shown = run.to_json() if run else None
+            while True:
+                stopped = timeline.summary.stopped is not None
+                await asyncio.sleep(self.slow_poll if stopped else self.fast_poll)
+                if still_wanted is not None:
+                    wanted = still_wanted()
+                    if asyncio.iscoroutine(wanted):
+                        wanted = await wanted
+                    if not wanted:
+                        return
+                record = await self._read_since(state_id, timeline.next_seq)
+                if record is None:
+                    summary = timeline.summary.to_json()
+                    yield Update([], summary, info, timeline.next_seq, gone=True)
+                    return
+                rows = timeline.add(record.entries)
+                now = asyncio.get_running_loop().time()
+                fresh = shown
+                if self.cluster is not None and now - cluster_seen >= CLUSTER_EVERY:
+                    cluster_seen = now
+                    run = await self._cluster_run(state_id)
+                    fresh = run.to_json() if run else None
+                if rows or record.info != info or fresh != shown:
+                    info, shown = dict(record.info), fresh
+                    yield Update(
+                        rows=rows,
+                        summary=timeline.summary.to_json(),
+                        info=info,
+                        next_seq=timeline.next_seq,
+                        cluster=shown,
+                    )
+        finally:
+            del self._followed[follow_id]
+
+    def page(self, state_id: str, follow_id: str, start: int, end: int) -> JSON:
+        """Rows ``start`` to ``end`` (positions; widened to whole turns) of the run that
+        the follow ``follow_id`` of :meth:`follow` shows, as the page gets rows."""
+        followed = self._followed.get(follow_id)
+        if followed is None or followed[0] != state_id:
+            raise ViewerError(
+                f"{state_id!r} is not followed as {follow_id!r} (any more): reload the page",
+                404,
+            )
+        if start < 0 or end < start or end - start > PAGE_LIMIT:
+            raise ViewerError(f"ask for 0 to {PAGE_LIMIT} rows from position 0 or more")
+        timeline = followed[1]
+        return {
+            "columns": ROW_COLUMNS,
+            "rows": [row.as_list() for row in timeline.page(start, end)],
+            "total_rows": len(timeline.rows),
+        }
+
+    async def entries(self, state_id: str, seqs: Sequence[int]) -> list[JSON]:
+        """The whole saved entries ``seqs`` of a State (text and data), in seq order."""
+        if not seqs:
+            return []
+        if min(seqs) < 0:
+            raise ViewerError("seqs are 0 or more")
+        record = await self._read_since(state_id, min(seqs))
+        if record is None:
+            raise ViewerError(f"no saved State {state_id!r} in {self.store!r}", 404)
+        wanted = set(seqs)
+        found = {int(e["seq"]): dict(e) for e in record.entries if int(e["seq"]) in wanted}
+        return [found[seq] for seq in sorted(found)]
+
+    # ------------------------------------------------------------------ approvals
+    async def approve(self, state_id: str, answers: Sequence[Answer]) -> str:
+        """Answer calls that wait for a person; returns where the answers went.
+
+        For a State an AgentRun runs: into the AgentRun's ``spec.approvals`` (its operator
+        resumes the run). Otherwise into the State itself, as ``state.approve`` (the next
+        ``alpineagents run`` or ``agent.run`` goes on with them). Give every waiting call
+        its answer in one call: a State saved with some answered calls and others still
+        waiting would, on its next load, close the answered ones as aborted.
+        """
+        if not self.allow_approvals:
+            raise ViewerError(
+                "this viewer is read-only: start it with --allow-approvals to answer calls", 403
+            )
+        if not answers:
+            raise ViewerError("no answers given")
+        run = await self._cluster_run(state_id, strict=True)
+        if run is not None:
+            unknown = [a.call_id for a in answers if a.call_id not in run.pending_approvals]
+            if unknown:
+                _check_awaiting(await self._load(state_id), unknown)
+            assert self.cluster is not None
+            try:
+                await asyncio.to_thread(self.cluster.approve, run, answers)
+            except ClusterError as error:
+                raise ViewerError(str(error), 409) from None
+            return f"AgentRun {run.namespace}/{run.name} spec.approvals"
+        state = await self._load(state_id)
+        _check_awaiting(state, [a.call_id for a in answers])
+        _check_not_running(state)
+        missing = {c.id for c in state.awaiting_approval} - {a.call_id for a in answers}
+        if missing:
+            raise ViewerError(
+                f"answer every waiting call of {state_id!r} at once (also {sorted(missing)}): "
+                f"the run goes on only when all have an answer",
+                409,
+            )
+        for answer in answers:
+            state.approve(answer.call_id, answer.allow, note=answer.note)
+        try:
+            await self.store.asave(state)
+        except Exception as error:
+            raise ViewerError(f"saving the answers failed: {_text(error)}", 502) from None
+        return f"State {state_id} in {self.store!r}"
+
+    # ------------------------------------------------------------------ internals
+    async def _read_since(self, state_id: str, seq: int) -> Any:
+        try:
+            return await self.store.aread_since(state_id, seq)
+        except ValueError as error:
+            raise ViewerError(_text(error), 400) from None
+        except Exception as error:
+            raise ViewerError(f"cannot read {self.store!r}: {_text(error)}", 502) from None
+
+    async def _load(self, state_id: str) -> State:
+        try:
+            return await self.store.aload(state_id)
+        except LookupError:
+            raise ViewerError(f"no saved State {state_id!r} in {self.store!r}", 404) from None
+        except ValueError as error:
+            raise ViewerError(_text(error), 400) from None
+
+    async def _cluster_run(self, state_id: str, *, strict: bool = False) -> ClusterRun | None:
+        if self.cluster is None:
+            return None
+        try:
+            return await asyncio.to_thread(self.cluster.run_of, state_id)
+        except ClusterError as error:
+            if strict:
+                raise ViewerError(str(error), 502) from None
+            return None
+
+
+def _build(timeline: Timeline, entries: Sequence[Mapping[str, Any]]) -> None:
+    """Add a whole history to a new timeline; its rows all stay alive, so without the
+    collector's passes (see :mod:`alpineagents.collection`)."""
+    with collection.paused():
+        timeline.add(entries)
+
+
+def _check(state_id: str, info: Mapping[str, Any]) -> None:
+    try:
+        check_format(state_id, dict(info))
+    except ValueError as error:
+        raise ViewerError(str(error), 400) from None
+
+
+def _check_awaiting(state: State, call_ids: Sequence[str]) -> None:
+    waiting = {call.id for call in state.awaiting_approval}
+    unknown = [call_id for call_id in call_ids if call_id not in waiting]
+    if unknown:
+        raise ViewerError(
+            f"{', '.join(unknown)} of {state.id!r} does not wait for an answer "
+            f"(waiting: {', '.join(sorted(waiting)) or 'none'})",
+            409,
+        )
+
+
+def _check_not_running(state: State) -> None:
+    # A run that waits for a person has stopped; only people's answers come after that.
+    for entry in reversed(state.history):
+        if entry.kind == "permission" and entry.data.get("by") == "person":
+            continue
+        if entry.kind == "stop" and entry.data.get("reason") == "waiting_for_approval":
+            return
+        break
+    raise ViewerError(
+        f"{state.id!r} is running (or its process was lost): answers are taken while it "
+        f"waits, after it stopped",
+        409,
+    )
+
+
+def _text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,170 @@
+"""Gives each run pod its own store credentials, and keeps them fresh while it runs.
+
+The :class:`~alpineagents_operator.reconciler.Reconciler` calls :meth:`before_pod` right
+before it creates a pod (each attempt gets new credentials, so a resumed run never reuses
+its predecessor's) and :meth:`renew_if_due` on each step of a run whose pod is alive.
+What it keeps in memory (when each run's credentials are due for renewal) only saves STS
+calls: after an operator restart every running pod simply gets new credentials at once.
+
+In ``shared`` mode it mints nothing; the first run pod with an ``s3://`` store brings a
+Warning Event saying that runs share the store's key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+from alpineagents import Store
+from alpineagents.errors import StoreError
+
+from . import saved_state
+from .cluster import Cluster, SecretConflict
+from .config import OperatorConfig
+from .decide import RunEvent
+from .pods import store_url, uses_run_credentials
+from .run_credentials import (
+    CredentialsRefused,
+    CredentialsUnavailable,
+    StsAccess,
+    credentials_secret,
+    mint_run_credentials,
+    renew_at,
+)
+from .views import JSON, TERMINAL_PHASES, AgentRunView, PodView, pod_name_for
+
+_log = logging.getLogger(__name__)
+RETRY_SECONDS = 30.0
+"""How soon a failed renewal is tried again (the pod's credentials are still valid)."""
+MIN_RENEW_SECONDS = 60.0
+SHARED_WARNING = (
+    "store credentials are shared (ALPINEAGENTS_RUN_CREDENTIALS=shared): every run pod "
+    "holds the store's key and can read, change or delete every run's saved history. "
+    "Use a store with STS (AssumeRole) and the default per-run credentials to confine "
+    "each run to its own States"
+)
+
+RunKey = tuple[str, str]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunCredentialIssuer:
+    """Mints a run's credentials into its Secret (see :mod:`.run_credentials`)."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        cluster: Cluster,
+        *,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], datetime] = _utc_now,
+        open_store: Callable[[str], Store] | None = None,
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.lifetime = timedelta(seconds=config.run_credentials_seconds)
+        self._env = os.environ if env is None else env
+        self._clock = clock
+        self._access: dict[str, StsAccess] = {}
+        self._renew_at: dict[RunKey, datetime] = {}
+        self._failing: set[RunKey] = set()
+        self._warned_shared = False
+        self._open_store = open_store
+        self._prepared: set[str] = set()
+
+    async def before_pod(self, run: AgentRunView, body: JSON) -> str | None:
+        """Put fresh credentials in the run's Secret for the pod about to start.
+
+        Returns None when the pod may start, else why it may not yet (the STS refused or
+        did not answer, the Secret's name is taken): the caller tries again later.
+        """
+        if not uses_run_credentials(run, self.config):
+            shares_key = not self.config.per_run_credentials and store_url(
+                run, self.config
+            ).lower().startswith("s3://")
+            if shares_key and not self._warned_shared:
+                self._warned_shared = True
+                event = RunEvent("Warning", "SharedStoreCredentials", SHARED_WARNING)
+                await asyncio.to_thread(self.cluster.post_event, body, event)
+            return None
+        problem = await self._issue(run)
+        if problem is None:
+            return None
+        hint = ""
+        if isinstance(problem, CredentialsRefused) and problem.status in (400, 404, 501, 503):
+            hint = (
+                "; if this store has no STS (AssumeRole), set ALPINEAGENTS_RUN_CREDENTIALS="
+                "shared (chart: store.runCredentials=shared), and runs share one key"
+            )
+        return f"could not mint the pod's own store credentials: {problem}{hint}"
+
+    async def renew_if_due(self, run: AgentRunView, pods: Sequence[PodView]) -> float | None:
+        """Renew the credentials of a run whose current pod is alive, when they are due.
+
+        Returns the seconds until they are due next (for a requeue), or None when the run
+        has no live pod with credentials of its own.
+        """
+        key = (run.namespace, run.name)
+        if run.status.phase in TERMINAL_PHASES:
+            self._forget(key)
+            return None
+        if not uses_run_credentials(run, self.config) or run.status.attempt < 1:
+            return None
+        current = pod_name_for(run.name, run.status.attempt)
+        if not any(p.name == current and p.alive and not p.deleting for p in pods):
+            return None
+        now = self._clock()
+        due = self._renew_at.get(key)
+        if due is not None and due > now:
+            return (due - now).total_seconds()
+        problem = await self._issue(run)
+        if problem is not None:
+            if key not in self._failing:
+                self._failing.add(key)
+                _log.warning("%s/%s: could not renew store credentials: %s", *key, problem)
+            return RETRY_SECONDS
+        self._failing.discard(key)
+        _log.info("%s/%s: renewed the pod's store credentials", *key)
+        # At least a minute, even if the store's clock makes them due at once: no loop.
+        return max(MIN_RENEW_SECONDS, (self._renew_at[key] - now).total_seconds())
+
+    def _forget(self, key: RunKey) -> None:
+        self._renew_at.pop(key, None)
+        self._failing.discard(key)
+
+    async def _issue(self, run: AgentRunView) -> Exception | None:
+        url = store_url(run, self.config)
+        try:
+            if url not in self._prepared and self._open_store is not None:
+                # The pod's credentials cannot create the bucket: the operator's key can.
+                await asyncio.to_thread(saved_state.prepare, self._open_store(url))
+                self._prepared.add(url)
+            access = self._access_for(url)
+            credentials = await asyncio.to_thread(
+                mint_run_credentials, access, run.state_id, self.lifetime
+            )
+            await asyncio.to_thread(self.cluster.apply_secret, credentials_secret(run, credentials))
+        except (
+            ValueError,
+            CredentialsRefused,
+            CredentialsUnavailable,
+            SecretConflict,
+            StoreError,
+            ConnectionError,
+        ) as error:
+            return error
+        self._renew_at[(run.namespace, run.name)] = renew_at(credentials.expires_at, self.lifetime)
+        return None
+
+    def _access_for(self, url: str) -> StsAccess:
+        access = self._access.get(url)
+        if access is None:
+            access = StsAccess.for_store(url, self._env, self.config.sts_role_arn)
+            self._access[url] = access
+        return access

@@ -1,0 +1,318 @@
+"""Per-run store credentials: short-lived keys that reach one run's States and nothing else.
+
+The operator holds the store's broad key; run pods never see it. For each pod it starts,
+the operator asks the store's STS for temporary credentials (``AssumeRole`` with an
+inline session policy, :func:`run_policy`) that may only
+
+- get, put and delete objects under the run's State folder ``<prefix><id>/`` and its
+  subagents' folders ``<prefix><id>%2E<call id>/`` (a subagent's id is
+  ``"<parent id>.<call id>"``, and ``.`` is encoded as ``%2E`` in keys), and
+- list keys under those folders.
+
+Everything else is refused by the store (403): other runs' folders, listing the bucket or
+its root, other buckets, creating buckets, the admin and STS APIs. The credentials reach
+the pod in a Secret owned by the AgentRun (:func:`credentials_secret`), mounted as files
+that the runner reads again when they change; the operator mints new ones for every pod
+it starts and renews them while a pod runs (:func:`renew_at`).
+
+This module is plain functions on typed values; the operator's reconciler calls them. The
+STS call is one signed POST (``minio``'s SigV4 signer), so it works with any S3 service
+that has AssumeRole: MinIO, AWS S3 (give a role ARN), SeaweedFS with its IAM/STS set up.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode, urlsplit
+
+import urllib3
+
+from alpineagents.store.base import encode_id
+from alpineagents.store.url import s3_credentials, s3_location
+
+from .config import MAX_CREDENTIALS_SECONDS, MIN_CREDENTIALS_SECONDS
+from .pods import CREDENTIALS_KEYS, owner_reference, run_labels
+from .views import GROUP, JSON, AgentRunView, credentials_secret_name
+
+__all__ = [
+    "CredentialsRefused",
+    "CredentialsUnavailable",
+    "RunCredentials",
+    "StsAccess",
+    "credentials_secret",
+    "mint_run_credentials",
+    "renew_at",
+    "run_policy",
+]
+
+EXPIRES_ANNOTATION = f"{GROUP}/expires-at"
+MIN_LIFETIME = timedelta(seconds=MIN_CREDENTIALS_SECONDS)
+MAX_LIFETIME = timedelta(seconds=MAX_CREDENTIALS_SECONDS)
+
+_STS_NAMESPACE = "{https://sts.amazonaws.com/doc/2011-06-15/}"
+_SESSION_NAME = re.compile(r"[^\w+=,.@-]")
+_POLICY_WILDCARDS = re.compile(r"[*?$]")  # would widen a policy's resource patterns
+
+
+class CredentialsRefused(RuntimeError):
+    """The store answered ``AssumeRole`` with an error (no STS, denied, bad policy)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"the store refused AssumeRole ({status} {code}): {message}")
+        self.status = status
+        self.code = code
+
+
+class CredentialsUnavailable(ConnectionError):
+    """The store's STS did not answer (connection refused, timeout)."""
+
+
+@dataclass(frozen=True)
+class RunCredentials:
+    """Temporary store credentials for one run; the secret parts stay out of ``repr``."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    session_token: str = field(repr=False)
+    expires_at: datetime
+
+    def secret_data(self) -> dict[str, str]:
+        """The Secret's keys and values: one file each in the pod."""
+        return dict(
+            zip(
+                CREDENTIALS_KEYS,
+                (self.access_key, self.secret_key, self.session_token),
+                strict=True,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class StsAccess:
+    """What minting needs: where the store is, which bucket and prefix, the broad key."""
+
+    endpoint_url: str
+    """``http(s)://host:port`` of the store (STS answers at its root)."""
+    region: str
+    bucket: str
+    prefix: str
+    """``""`` or ``"a/b/"``, as MinioStore keys it."""
+    access_key: str
+    secret_key: str = field(repr=False)
+    role_arn: str | None = None
+    """AWS needs a role to assume (its permissions are intersected with the policy);
+    MinIO ignores it and derives the session from ``access_key``'s user."""
+
+    @classmethod
+    def for_store(
+        cls, store_url: str, env: Mapping[str, str], role_arn: str | None = None
+    ) -> StsAccess:
+        """From an ``s3://`` store URL and the operator's environment (its broad key).
+
+        Raises ``ValueError`` for a URL that is not ``s3://``, has no credentials, or whose
+        bucket or prefix holds ``*``, ``?`` or ``$`` (they would widen the policy).
+        """
+        where = s3_location(store_url, env)
+        key = s3_credentials(store_url, env)
+        stripped = where.prefix.strip("/")
+        if _POLICY_WILDCARDS.search(where.bucket + stripped):
+            raise ValueError(
+                f"store s3://{where.bucket}/{stripped}: '*', '?' and '$' in a bucket or "
+                f"prefix would widen the runs' credentials; pick a prefix without them"
+            )
+        return cls(
+            endpoint_url=where.endpoint_url,
+            region=where.region,
+            bucket=where.bucket,
+            prefix=stripped + "/" if stripped else "",
+            access_key=key.access_key,
+            secret_key=key.secret_key,
+            role_arn=role_arn or None,
+        )
+
+
+def run_policy(bucket: str, prefix: str, state_id: str) -> JSON:
+    """The session policy of a run's credentials: its State folder and its subagents'."""
+    folder = f"{prefix}{encode_id(state_id)}"
+    subagents = folder + encode_id(".")  # "<id>%2E<call id>": the ids "<id>.<call id>"
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ThisRunsStates",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+                "Resource": [
+                    f"arn:aws:s3:::{bucket}/{folder}/*",
+                    f"arn:aws:s3:::{bucket}/{subagents}*",
+                ],
+            },
+            {
+                "Sid": "ListOnlyThere",
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket"],
+                "Resource": [f"arn:aws:s3:::{bucket}"],
+                "Condition": {"StringLike": {"s3:prefix": [f"{folder}/*", f"{subagents}*"]}},
+            },
+        ],
+    }
+
+
+def mint_run_credentials(
+    access: StsAccess,
+    state_id: str,
+    lifetime: timedelta,
+    *,
+    timeout: float = 10.0,
+    http: urllib3.PoolManager | None = None,
+) -> RunCredentials:
+    """Ask the store's STS for credentials limited to :func:`run_policy` for ``lifetime``.
+
+    Raises :class:`CredentialsRefused` when the store answers with an error and
+    :class:`CredentialsUnavailable` when it does not answer.
+    """
+    from minio.credentials.credentials import Credentials
+    from minio.helpers import sha256_hash
+    from minio.signer import sign_v4_sts
+    from minio.time import to_amz_date
+
+    if not MIN_LIFETIME <= lifetime <= MAX_LIFETIME:
+        raise ValueError(
+            f"credentials lifetime {lifetime} is outside what STS grants "
+            f"({MIN_LIFETIME} to {MAX_LIFETIME})"
+        )
+    form = {
+        "Action": "AssumeRole",
+        "Version": "2011-06-15",
+        "DurationSeconds": str(int(lifetime.total_seconds())),
+        "RoleSessionName": _session_name(state_id),
+        "Policy": json.dumps(run_policy(access.bucket, access.prefix, state_id)),
+    }
+    if access.role_arn:
+        form["RoleArn"] = access.role_arn
+    body = urlencode(form)
+    url = urlsplit(access.endpoint_url + "/")
+    now = datetime.now(UTC)
+    headers = sign_v4_sts(
+        method="POST",
+        url=url,
+        region=access.region,
+        headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Host": url.netloc,
+            "X-Amz-Date": to_amz_date(now),
+        },
+        credentials=Credentials(access.access_key, access.secret_key),
+        content_sha256=sha256_hash(body),
+        date=now,
+    )
+    pool = http or urllib3.PoolManager()
+    try:
+        response = pool.request(
+            "POST",
+            url.geturl(),
+            body=body,
+            headers={name: str(value) for name, value in headers.items()},
+            timeout=urllib3.Timeout(connect=timeout, read=timeout),
+            retries=False,
+        )
+    except urllib3.exceptions.HTTPError as error:
+        raise CredentialsUnavailable(
+            f"the store's STS at {access.endpoint_url} did not answer: {type(error).__name__}"
+        ) from None
+    if response.status != 200:
+        code, message = _error_of(response.data)
+        raise CredentialsRefused(response.status, code, message)
+    return _parse_credentials(response.data)
+
+
+def renew_at(expires_at: datetime, lifetime: timedelta) -> datetime:
+    """When to mint new credentials for a running pod: with half their lifetime left.
+
+    Half leaves the kubelet ample time (about a minute) to update the mounted files.
+    """
+    return expires_at - lifetime / 2
+
+
+def credentials_secret(run: AgentRunView, credentials: RunCredentials) -> JSON:
+    """The Secret holding a run's credentials, owned by (and deleted with) the AgentRun."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": credentials_secret_name(run.name),
+            "namespace": run.namespace,
+            "labels": run_labels(run.name),
+            "annotations": {EXPIRES_ANNOTATION: _format(credentials.expires_at)},
+            "ownerReferences": [owner_reference(run)],
+        },
+        "data": {
+            key: base64.b64encode(value.encode()).decode()
+            for key, value in credentials.secret_data().items()
+        },
+    }
+
+
+# ------------------------------------------------------------------------------ internals
+def _session_name(state_id: str) -> str:
+    """AWS's RoleSessionName: 2-64 of ``[\\w+=,.@-]``; it shows in the store's audit log."""
+    name = _SESSION_NAME.sub("-", state_id)[:64]
+    return name if len(name) >= 2 else f"run-{name}"
+
+
+def _error_of(body: bytes) -> tuple[str, str]:
+    """(Code, Message) of an STS or S3 error document; never any other part of the body."""
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError:
+        return "Unknown", "the answer was not an STS error document"
+    code = message = None
+    for element in root.iter():
+        tag = element.tag.rsplit("}", 1)[-1]
+        if tag == "Code" and code is None:
+            code = (element.text or "").strip()
+        elif tag == "Message" and message is None:
+            message = (element.text or "").strip()
+    return code or "Unknown", message or ""
+
+
+def _parse_credentials(body: bytes) -> RunCredentials:
+    try:
+        root = ElementTree.fromstring(body)
+        found = root.find(f".//{_STS_NAMESPACE}Credentials")
+        if found is None:
+            found = root.find(".//Credentials")
+        if found is None:
+            raise ValueError("no Credentials element")
+
+        def text(name: str) -> str:
+            assert found is not None
+            element = found.find(_STS_NAMESPACE + name)
+            if element is None:
+                element = found.find(name)
+            if element is None or not (element.text or "").strip():
+                raise ValueError(f"no {name}")
+            return (element.text or "").strip()
+
+        expires = datetime.fromisoformat(text("Expiration").replace("Z", "+00:00"))
+        return RunCredentials(
+            access_key=text("AccessKeyId"),
+            secret_key=text("SecretAccessKey"),
+            session_token=text("SessionToken"),
+            expires_at=expires if expires.tzinfo else expires.replace(tzinfo=UTC),
+        )
+    except (ElementTree.ParseError, ValueError) as error:
+        raise CredentialsRefused(
+            200, "Malformed", f"AssumeRole answer unreadable: {error}"
+        ) from None
+
+
+def _format(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

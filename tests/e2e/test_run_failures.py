@@ -1,0 +1,104 @@
+"""Runs that cannot succeed end with a status that says why, and cost nothing more.
+
+Each is what a cluster user would meet: an AgentRun the API server refuses, one whose
+agent cannot be imported or whose resources are invalid, a model that never answers
+(the restart budget runs out), and a store that never answers (no credentials can be
+minted for the pod, so no pod is started).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import yaml
+
+from tests.e2e.environment import JSON, Environment, apply_run, in_phase, status, wait_for_run
+
+pytestmark = pytest.mark.e2e
+
+
+def run_name() -> str:
+    return f"f-{uuid.uuid4().hex[:6]}"
+
+
+def wait_phase(env: Environment, name: str, phase: str) -> JSON:
+    return status(wait_for_run(env, name, in_phase(phase), phase))
+
+
+def pods(env: Environment, name: str) -> list[JSON]:
+    listing = env.kubectl("get", "pods", "-l", f"alpineagents.dev/run={name}", "-o", "json")
+    return list(json.loads(listing.stdout)["items"])
+
+
+def test_a_malformed_agentrun_is_refused_or_fails_with_a_clear_message(e2e: Environment) -> None:
+    refused = e2e.kubectl(
+        "apply",
+        "-f",
+        "-",
+        check=False,
+        input=yaml.safe_dump(
+            {
+                "apiVersion": "alpineagents.dev/v1",
+                "kind": "AgentRun",
+                "metadata": {"name": run_name()},
+                "spec": {"prompt": "hi", "maxTurns": -1},
+            }
+        ),
+    )
+    assert refused.returncode != 0
+    assert "spec.model: Required value" in refused.stderr and "spec.maxTurns" in refused.stderr
+    name = run_name()
+    apply_run(e2e, name, "hi", agent="tests.agents.no_such_agent:make_agent")
+    failed = wait_phase(e2e, name, "Failed")
+    assert failed["reason"] == "NotRetryable" and failed["attempt"] == 1
+    assert "cannot import 'tests.agents.no_such_agent'" in failed["message"]
+    # The schema leaves resources opaque; the pod's own validation refuses a bad one.
+    name = run_name()
+    apply_run(e2e, name, "hi", resources={"limits": {"memory": "lots"}})
+    failed = wait_phase(e2e, name, "Failed")
+    assert failed["reason"] == "PodInvalid" and "quantities must match" in failed["message"]
+    assert not pods(e2e, name)
+
+
+def test_an_exhausted_restart_budget_ends_failed(e2e: Environment) -> None:
+    name = run_name()
+    # Nothing listens on the pod's own loopback: every pod finds the model unavailable.
+    apply_run(
+        e2e,
+        name,
+        "hi",
+        env=[
+            {"name": "ANTHROPIC_BASE_URL", "value": "http://127.0.0.1:9"},
+            {"name": "ALPINEAGENTS_MODEL_RETRIES", "value": "1"},
+        ],
+        restartPolicy={"maxRestarts": 1, "initialBackoffSeconds": 0},
+    )
+    failed = wait_phase(e2e, name, "Failed")
+    assert failed["reason"] == "RestartLimitExceeded"
+    assert failed["restarts"] == 2 and failed["attempt"] == 2
+    assert "model unavailable" in failed["message"] and "maxRestarts=1" in failed["message"]
+
+
+def test_a_store_that_does_not_answer_keeps_the_run_pending_and_says_why(
+    e2e: Environment,
+) -> None:
+    name = run_name()
+    # Nothing listens on the operator pod's own loopback: no credentials can be minted.
+    apply_run(
+        e2e,
+        name,
+        "hi",
+        store="s3://runs/x?endpoint=127.0.0.1:9&secure=false&timeout=1&retry_budget=1",
+    )
+    run = wait_for_run(
+        e2e,
+        name,
+        lambda r: status(r).get("reason") == "CredentialsUnavailable",
+        "reason CredentialsUnavailable",
+    )
+    waiting = status(run)
+    assert waiting.get("phase") in (None, "Pending")
+    assert "did not answer" in waiting["message"]
+    assert not pods(e2e, name)
