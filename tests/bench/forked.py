@@ -16,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable, Mapping
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -52,6 +53,9 @@ def _nothing() -> None:
 
 
 def _child(target: Callable[..., None], env: dict[str, str], *args: Any) -> None:
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal
-    os.environ.update(env)
-    target(*args)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal
+        os.environ.update(env)
+        target(*args)
+    except KeyboardInterrupt:  # one the target did not catch: end as Python does, quietly
+        sys.exit(130)

@@ -259,7 +259,7 @@ class KillFuzz:
                 self.totals.ctrl_c_in_run += 1
             else:
                 self.totals.ctrl_c_outside_run += 1
-        elif fault == "ctrl_c" and exitcode == 1:  # before the child's own code ran
+        elif fault == "ctrl_c" and exitcode in (1, 130):  # before the child's own code ran
             self.totals.ctrl_c_outside_run += 1
         elif answered and exitcode == 0:
             hit = False

@@ -8,6 +8,7 @@ appends there; it is kept as it is.
 
 from __future__ import annotations
 
+import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ OPERATOR_PLACEHOLDER = (
     "a store outage, a silent node, a zombie writer, malformed AgentRuns) writes its\n"
     "results here.\n"
 )
+
+SECTION_ORDER = ("Kill fuzzing of the library", "Disk full (FileStore)", "Bad input")
 
 INVARIANTS = (
     ("saved entries only grow", "what was saved is a prefix of what is saved later"),
@@ -58,6 +61,13 @@ class ReliabilityReport:
     def add_section(self, title: str, markdown: str) -> None:
         self.sections[title] = markdown
 
+    def saw_bad_input(self, what: str, seen: str, hide: dict[str, str] | None = None) -> None:
+        """Record what a user sees for one bad input; ``hide`` replaces the parts that
+        change from run to run (temporary folders, bucket names, ports) by a name."""
+        for part, name in (hide or {}).items():
+            seen = seen.replace(part, name)
+        self.bad_input[what] = seen
+
     def write(self, page: Path = PAGE) -> None:
         """Rewrite the sections this session ran; keep the others and the operator part."""
         produced = self.sections_produced()
@@ -70,7 +80,10 @@ class ReliabilityReport:
             old = old[: old.index(OPERATOR_MARKER)]
         sections = _sections(old)
         sections.update(produced)
-        body = "\n".join(f"## {title}\n\n{text.strip()}\n" for title, text in sections.items())
+        order = [t for t in SECTION_ORDER if t in sections] + [
+            t for t in sections if t not in SECTION_ORDER
+        ]
+        body = "\n".join(f"## {title}\n\n{sections[title].strip()}\n" for title in order)
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(
             self.header() + "\n" + body + "\n" + operator_part.rstrip() + "\n", encoding="utf-8"
@@ -105,8 +118,8 @@ class ReliabilityReport:
             "run rewrites the sections it ran and keeps the others.",
             "",
             f"- Seed: **{self.seed}**. Run again: `{self.command}`",
-            f"- Machine: {platform.system()} {platform.machine()}, Python "
-            f"{platform.python_version()}",
+            f"- Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}",
             "- The seed fixes every run's plan and the order of fault kinds and instants;",
             "  which step of a run an instant hits depends on the machine's speed.",
             "",

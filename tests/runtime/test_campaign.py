@@ -15,6 +15,7 @@ import errno
 import io
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,7 +61,10 @@ def echo_model() -> Iterator[ModelServer]:
 
 
 def test_kill_fuzzing_over_a_filestore(
-    tmp_path: Path, echo_model: ModelServer, reliability_report: ReliabilityReport
+    tmp_path: Path,
+    echo_model: ModelServer,
+    reliability_report: ReliabilityReport,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     folder = tmp_path / "runs"
     fuzz = KillFuzz(
@@ -73,7 +77,8 @@ def test_kill_fuzzing_over_a_filestore(
         seed=SEED,
     )
     totals = fuzz.run(SIGKILLS, CTRL_CS)
-    print(totals.line())
+    with capsys.disabled():  # the totals show in every run, captured or not
+        print(f"\nkill fuzzing: {totals.line()}")
     reliability_report.kill_fuzz.append(totals)
     assert totals.sigkills >= SIGKILLS and totals.ctrl_cs >= CTRL_CS
 
@@ -84,6 +89,7 @@ def test_kill_fuzzing_over_minio(
     minio_bucket: str,
     echo_model: ModelServer,
     reliability_report: ReliabilityReport,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     def open_store() -> MinioStore:
         return MinioStore.connect(
@@ -109,7 +115,8 @@ def test_kill_fuzzing_over_minio(
         seed=SEED,
     )
     totals = fuzz.run(S3_SIGKILLS, S3_CTRL_CS)
-    print(totals.line())
+    with capsys.disabled():  # the totals show in every run, captured or not
+        print(f"\nkill fuzzing: {totals.line()}")
     reliability_report.kill_fuzz.append(totals)
     assert totals.sigkills >= S3_SIGKILLS and totals.ctrl_cs >= S3_CTRL_CS
 
@@ -286,7 +293,8 @@ def test_bad_ids_get_a_clear_error_and_harm_nothing(
         seen.append((f"an id of 1,000 characters ({type(store).__name__})", str(too_long.value)))
     _unharmed(store, good)
     if kind in ("file", "minio"):
-        reliability_report.bad_input.update(seen)
+        for what, message in seen:
+            reliability_report.saw_bad_input(what, message)
 
 
 def test_ids_with_dots_and_slashes_stay_inside_their_store(
@@ -344,7 +352,9 @@ def test_damaged_and_foreign_files_under_a_filestore(
     for state_id, message in expected.items():
         with pytest.raises(ValueError, match=message) as raised:
             store.load(state_id)
-        reliability_report.bad_input[f"FileStore: {_FILE_DAMAGE[state_id]}"] = str(raised.value)
+        reliability_report.saw_bad_input(
+            f"FileStore: {_FILE_DAMAGE[state_id]}", str(raised.value), {str(tmp_path): "<tmp>"}
+        )
     listed = sorted(info.id for info in store.list())
     assert listed == ["future", "good", "middle"]  # damaged info.json: left out, not fatal
     _unharmed(store, good)
@@ -422,7 +432,11 @@ def test_damaged_and_foreign_objects_under_a_miniostore(
     for state_id, (message, what) in expected.items():
         with pytest.raises(ValueError, match=message) as raised:
             store.load(state_id)
-        reliability_report.bad_input[f"MinioStore: {what}"] = str(raised.value)
+        reliability_report.saw_bad_input(
+            f"MinioStore: {what}",
+            re.sub(r"/h-[0-9a-f]{16}/", "/h-<incarnation>/", str(raised.value)),
+            {minio_bucket: "<bucket>", minio.endpoint: "<minio>"},
+        )
     assert sorted(info.id for info in store.list()) == ["future", "good", "short", "torn"]
     _unharmed(store, good)
     reliability_report.bad_input["MinioStore: foreign objects under its prefix"] = (
@@ -450,7 +464,9 @@ def test_the_cli_names_a_bad_id_or_a_damaged_state(
         assert main([command, state_id, *url]) == ExitCode.NOT_RETRYABLE
         err = capsys.readouterr().err
         assert err.startswith("alpineagents: ") and message in err and "Traceback" not in err
-        reliability_report.bad_input[f"CLI: `{command}` of {state_id!r}"] = err.strip()
+        reliability_report.saw_bad_input(
+            f"CLI: `{command}` of {state_id!r}", err.strip(), {str(tmp_path): "<tmp>"}
+        )
     assert main(["list", *url]) == 0
     assert "good" in capsys.readouterr().out
     _unharmed(store, good)
