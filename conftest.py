@@ -1,3 +1,5 @@
+import pytest
+
 # The test bench's fixtures, one module per real component (see tests/bench/).
 pytest_plugins: list[str] = [
     "tests.bench.minio_server",
@@ -11,4 +13,16 @@ pytest_plugins: list[str] = [
     "tests.bench.helm",
     "tests.bench.stores",
     "tests.bench.browser",
+    "tests.bench.small_fs",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test that waits for a server's clock (STS credentials live 15 minutes at the
+    # least) runs last, and the test that starts that clock runs first, so the wait
+    # overlaps the rest of the suite instead of adding to it.
+    def place(item: pytest.Item) -> int:
+        marker = item.get_closest_marker("clock")
+        return {"start": 0, "end": 2}[marker.args[0]] if marker else 1
+
+    items.sort(key=place)

@@ -374,8 +374,9 @@ def not_measured(page: Page) -> None:
     """Targets whose harness is another helper's fixture (the real node)."""
     page.order = ORDER
     why = (
-        "needs the real-node fixture (a kubelet on this machine, branch `realnode`), "
-        "which has not landed on main"
+        "need the real-node fixture (a kubelet with containerd on this machine, in "
+        "tests/bench), which this harness does not start yet; "
+        "benchmarks/resume_latency.py measures resumes on it on its own"
     )
     page.rows["resume-latency"] = Row(
         "real node: a pod's loss → the resumed run's first saved entry (1 loss, 30 at once)",
@@ -390,7 +391,7 @@ def not_measured(page: Page) -> None:
         "measured",
         None,
     )
-    page.not_measured.append(f"Resume latency on a real node and operator scale: {why}.")
+    page.not_measured.append(f"Resume latency on a real node and operator scale {why}.")
 
 
 SECTIONS: dict[str, Section] = {

@@ -72,6 +72,11 @@ CASES: dict[str, Callable[[list[str]], Values]] = {
             "service": {"type": "NodePort", "nodePort": 30900, "consoleNodePort": 30901},
         },
     },
+    "encrypted-shared-credentials": lambda ns: {
+        "encryption": {"enabled": True, "existingSecret": "keyring"},
+        "store": {"runCredentials": "shared"},
+        "networkPolicy": {"enabled": False},
+    },
     "viewer-read-only": lambda ns: {
         "watchNamespaces": [ns[1], ns[2]],
         "anthropic": {"apiKey": "sk-ant-example"},
@@ -296,9 +301,7 @@ def test_quick_start_secrets_go_to_every_namespace_where_runs_run(helm: Helm) ->
         {**CASES["several-namespaces"](namespaces), "store": {"runCredentials": "shared"}},
         namespace=namespaces[0],
     )
-    placed = {
-        (s["metadata"]["name"], s["metadata"]["namespace"]) for s in _kinds(shared)["Secret"]
-    }
+    placed = {(s["metadata"]["name"], s["metadata"]["namespace"]) for s in _kinds(shared)["Secret"]}
     for namespace in namespaces:
         assert ("test-alpineagents-store", namespace) in placed
     assert _operator_settings(shared)["ALPINEAGENTS_RUN_CREDENTIALS"] == "shared"
@@ -337,11 +340,10 @@ def _rules(objects: list[dict[str, Any]], kind: str) -> set[tuple[str, str, str]
 
 
 _OPERATOR_NEEDS = {
-    *(("alpineagents.dev", "agentruns", v) for v in ("get", "list", "watch", "patch", "update")),
-    *(("alpineagents.dev", "agentruns/status", v) for v in ("get", "patch", "update")),
-    *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
+    *(("alpineagents.dev", "agentruns", v) for v in ("get", "list", "watch", "patch")),
+    ("alpineagents.dev", "agentruns/status", "patch"),
+    *(("", "pods", v) for v in ("list", "watch", "create", "delete")),
     ("", "events", "create"),
-    ("", "events", "patch"),
     ("", "secrets", "create"),
     ("", "secrets", "patch"),
 }
@@ -562,6 +564,9 @@ def test_the_installed_viewer_may_read_agentruns_and_answer_only_when_allowed(
         ({"watchNamespaces": ["Not_A_Namespace"]}, "at '/watchNamespaces/0'"),
         ({"minio": {"service": {"nodePort": 80}}}, "at '/minio/service/nodePort': minimum"),
         ({"operator": {"logLevel": "LOUD"}}, "at '/operator/logLevel'"),
+        ({"encryption": {"enabled": True}}, "encryption.enabled needs encryption.existingSecret"),
+        ({"store": {"runCredentials": "maybe"}}, "at '/store/runCredentials'"),
+        ({"networkPolicy": {"modelPorts": [0]}}, "at '/networkPolicy/modelPorts/0'"),
         ({"minio": {"rootPassword": "short"}}, "at '/minio/rootPassword'"),
         ({"image": {"tag": 1.5}}, "at '/image/tag': got number, want string"),
         (
@@ -691,3 +696,110 @@ def test_the_walkthrough_example_is_a_valid_agentrun(
     spec, name = read_manifest(example)
     plan = parse_spec(spec)
     assert name == "disk-report" and plan is not None
+
+
+# ------------------------------------------------------------------------- network
+
+
+def _run_pod_policies(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        p["metadata"]["namespace"]: p["spec"]
+        for p in _kinds(objects).get("NetworkPolicy", [])
+        if p["metadata"]["name"].endswith("-agent-runs")
+    }
+
+
+def _egress_ports(rule: dict[str, Any]) -> list[tuple[int, str]]:
+    return [(p["port"], p["protocol"]) for p in rule["ports"]]
+
+
+def test_agent_pods_may_reach_only_dns_the_model_and_the_store(helm: Helm) -> None:
+    from alpineagents_operator.pods import run_labels
+
+    namespaces = _namespaces()
+    objects = helm.template(CASES["several-namespaces"](namespaces), namespace=namespaces[0])
+    policies = _run_pod_policies(objects)
+    assert set(policies) == set(namespaces[1:])  # where runs run
+    for spec in policies.values():
+        # The policy selects the pods the operator makes, by the labels it gives them.
+        assert spec["podSelector"]["matchLabels"].items() <= run_labels("any").items()
+        assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+        dns, model, store = spec["egress"]
+        assert _egress_ports(dns) == [(53, "UDP"), (53, "TCP")]
+        # The model API: public addresses only; never the cluster, the node or cloud metadata.
+        [public] = model["to"]
+        assert public["ipBlock"]["cidr"] == "0.0.0.0/0"
+        assert {"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"} <= set(
+            public["ipBlock"]["except"]
+        )
+        assert _egress_ports(model) == [(443, "TCP")]
+        # The store: the bundled MinIO's pods, on its S3 port, and nothing else.
+        [minio] = store["to"]
+        assert minio["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "minio"
+        assert minio["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": namespaces[0]
+        }
+        assert _egress_ports(store) == [(9000, "TCP")]
+    (minio_policy,) = [
+        p for p in _kinds(objects)["NetworkPolicy"] if p["metadata"]["name"].endswith("-minio")
+    ]
+    sources = minio_policy["spec"]["ingress"][0]["from"]
+    assert [s["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for s in sources] == [
+        "operator",
+        "agent-run",
+    ]
+
+
+def test_network_policy_follows_your_store_and_model(helm: Helm) -> None:
+    namespaces = _namespaces()
+    values = CASES["own-store-secrets-from-values"](namespaces)
+    spec = _run_pod_policies(helm.template(values, namespace=namespaces[0]))[namespaces[0]]
+    _, _, store = spec["egress"]
+    assert _egress_ports(store) == [(443, "TCP")]  # the port in store.url
+    assert store["to"] == [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}]
+    plain = {
+        **values,
+        "store": {
+            **values["store"],
+            "url": "s3://runs-bucket/p?endpoint=minio.storage:9000&secure=false",
+        },
+        "networkPolicy": {
+            "modelTo": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+            "extraEgress": [{"ports": [{"port": 8443, "protocol": "TCP"}]}],
+        },
+    }
+    spec = _run_pod_policies(helm.template(plain, namespace=namespaces[0]))[namespaces[0]]
+    _, model, store, extra = spec["egress"]
+    assert model["to"] == [{"ipBlock": {"cidr": "203.0.113.0/24"}}]
+    assert _egress_ports(store) == [(9000, "TCP")]
+    assert _egress_ports(extra) == [(8443, "TCP")]
+
+    demo = helm.template(CASES["kind-demo"](namespaces), namespace="agents")
+    _, model, _ = _run_pod_policies(demo)["agents"]["egress"]
+    assert model["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+        "echo-model"
+    )
+    assert _egress_ports(model) == [(8000, "TCP")]
+    # MinIO on a NodePort is meant to be reached from outside: no ingress policy for it.
+    assert not [
+        p for p in _kinds(demo)["NetworkPolicy"] if p["metadata"]["name"].endswith("-minio")
+    ]
+
+    off = helm.template({"networkPolicy": {"enabled": False}})
+    assert "NetworkPolicy" not in _kinds(off)
+
+
+def test_encryption_reaches_the_operator_and_the_pods(helm: Helm) -> None:
+    objects = helm.template(CASES["encrypted-shared-credentials"](_namespaces()))
+    settings = _operator_settings(objects)
+    assert settings["ALPINEAGENTS_STORE"].endswith("&secure=false&encrypted=true")
+    assert settings["ALPINEAGENTS_ENCRYPTION_SECRET"] == "keyring"
+    assert settings["ALPINEAGENTS_ENCRYPTION_SECRET_KEY"] == "keys"
+    (container,) = _operator_deployment(objects)["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env["ALPINEAGENTS_ENCRYPTION_KEYS"] == {
+        "secretKeyRef": {"name": "keyring", "key": "keys"}
+    }
+    plain = _operator_settings(helm.template({}))
+    assert "encrypted" not in plain["ALPINEAGENTS_STORE"]
+    assert plain["ALPINEAGENTS_ENCRYPTION_SECRET"] == ""

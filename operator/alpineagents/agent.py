@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import inspect
 import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from . import model as _model
+from .interrupts import SignalsStopTheRun
 from .messages import Message, excerpt
 from .permissions import AskPerson, Policy, allow_all
 from .state import State, StopReason, ToolCall, error_text
@@ -72,39 +74,46 @@ class Agent:
 
         Returns ``None`` when the run stops without an answer (``state.stopped`` says
         why: ``"max_turns"`` or ``"waiting_for_approval"``). Any exception ends the run
-        the usual way: calls without a result are closed and the State is saved.
+        the usual way: calls without a result are closed and the State is saved. Ctrl+C,
+        or an exception raised by a SIGTERM handler, is taken at the run's next step
+        (never in the middle of a save) and raised once the State is saved.
         """
-        if self.store is not None and self.store.is_async_only:
-            raise TypeError(
-                f"{type(self.store).__name__} is async-only: run this Agent with "
-                f"'await agent.arun(state)'"
-            )
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise RuntimeError(
-                "Agent.run() cannot be called from async code: use 'await agent.arun(state)'"
-            )
-        loop = asyncio.new_event_loop()
-        hold = _Run(self, state, sync_saves=True)
-        task = loop.create_task(self._run(state, hold))
-        try:
-            try:
-                return loop.run_until_complete(task)
-            except BaseException as interrupt:
-                if task.done():
+        loop: asyncio.AbstractEventLoop | None = None
+        task: asyncio.Task[str | None] | None = None
+        hold: _Run | None = None
+        stop: SignalsStopTheRun | None = None
+        try:  # from the first line on: a Ctrl+C before the handlers are in place is caught below
+            hold = _Run(self, state, sync_saves=True)
+            stop = SignalsStopTheRun(hold)
+            with stop:
+                self._refuse_sync_run()
+                loop = asyncio.new_event_loop()
+                task = loop.create_task(self._run(state, hold))
+                stop.cancels(loop, task)
+                answer = loop.run_until_complete(task)
+        except BaseException as error:
+            if task is None or not task.done():
+                if not isinstance(error, _INTERRUPTS):
                     raise
-                # A signal handler raised (Ctrl+C, SystemExit) while the loop waited: let
-                # the run close its calls with that reason and save, then raise it.
-                hold.interrupt = interrupt
-                task.cancel()
+                # Raised outside the run's steps (before they began, or by a signal handler
+                # while the loop waited): the steps close the calls with it, save, and end.
+                hold = hold or _Run(self, state, sync_saves=True)
+                hold.interrupt = error
+                loop = loop or asyncio.new_event_loop()
+                task = task or loop.create_task(self._run(state, hold))
+                loop.call_soon(task.cancel)  # after the task's first step, so that it runs
                 with contextlib.suppress(BaseException):
                     loop.run_until_complete(task)
                 raise
+            if stop is not None and stop.raised is not None:
+                raise stop.raised from None
+            raise
         finally:
-            loop.close()
+            if loop is not None:
+                loop.close()
+        if stop.raised is not None:
+            raise stop.raised  # it came after the run's last step: the State is saved
+        return answer
 
     async def arun(self, state: State) -> str | None:
         """Async ``run``. Cancel the task to stop it: calls are closed and the State is saved."""
@@ -118,15 +127,20 @@ class Agent:
             raise RuntimeError(f"State {state.id!r} is already running")
         hold.loop = asyncio.get_running_loop()
         state.active_run = hold
-        client = _RunClient(self._client)
-        client_token = _run_client.set(client)
+        client_token: contextvars.Token[Any] | None = None
         try:
-            await self._save(state)  # run starts; refuses a new State whose id is taken
             try:
+                # Inside the guard, like every instant of the run: building the client,
+                # the first save (which refuses a new State whose id is taken), the steps.
+                # The client is made on first use: a resumed run saves before the SDK loads.
+                client_token = _run_client.set(_RunClient(self._client))
+                await self._save(state)
                 stopped = await self._steps(state)
                 if state.stopped != stopped:
                     state.add("stop", f"stopped: {stopped}", {"reason": stopped})
             except BaseException as error:
+                if error is hold.save_error and not state.saved_entries:
+                    raise  # the store refused the new State: nothing of it is saved to close
                 reason = hold.interrupt or error
                 state.close_open_turn(reason)
                 kind: StopReason = "interrupted" if isinstance(reason, _INTERRUPTS) else "error"
@@ -138,16 +152,30 @@ class Agent:
                 try:
                     await self._save(state)
                 except Exception as save_error:
-                    if error is not hold.save_error:
-                        error.add_note(f"saving the state also failed: {error_text(save_error)}")
+                    if reason is not hold.save_error:
+                        reason.add_note(f"saving the state also failed: {error_text(save_error)}")
                 raise
             await self._save(state)  # run ends
             return state.answer
         finally:
-            state.active_run = None
+            await self._end(state, hold, client_token)
+
+    async def _end(
+        self, state: State, hold: _Run, client_token: contextvars.Token[Any] | None
+    ) -> None:
+        """After a run: save what was sent after its last save, wake every sender, close."""
+        state.active_run = None
+        try:
+            if hold.unsaved_sends():
+                with contextlib.suppress(Exception):  # the senders get the error
+                    await self._save(state)
+        finally:
+            hold.end()
             await hold.toolsets.aclose()
-            await client.close()
-            _run_client.reset(client_token)
+            if client_token is not None:
+                client = _run_client.get()
+                _run_client.reset(client_token)
+                await client.close()
 
     async def _steps(self, state: State) -> StopReason:
         turns = 0
@@ -269,22 +297,43 @@ class Agent:
         return Tool(name, description, schema, run_subagent)
 
     # ------------------------------------------------------------------ internals
+    def _refuse_sync_run(self) -> None:
+        if self.store is not None and self.store.is_async_only:
+            raise TypeError(
+                f"{type(self.store).__name__} is async-only: run this Agent with "
+                f"'await agent.arun(state)'"
+            )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "Agent.run() cannot be called from async code: use 'await agent.arun(state)'"
+            )
+
     async def _save(self, state: State) -> None:
         if self.store is None:
             return
         hold = state.active_run
-        if not isinstance(hold, _Run):  # a step called outside a run
+        if not isinstance(hold, _Run):  # a step called outside a run, or the run's end
             await self.store.asave(state)
             return
         try:
             if hold.sync_saves:
                 self.store.save(state)
             else:
-                async with hold.save_lock:
-                    await self.store.asave(state)
+                await _to_the_end(self._locked_asave(state, hold))
         except Exception as error:
             hold.save_error = error
+            hold.settle_sends(error)
             raise
+        hold.settle_sends()
+
+    async def _locked_asave(self, state: State, hold: _Run) -> None:
+        assert self.store is not None
+        async with hold.save_lock:
+            await self.store.asave(state)
 
     def _save_soon(self, state: State, hold: _Run) -> None:
         async def save() -> None:
@@ -404,11 +453,91 @@ class _Run:
         """The agent's toolsets (MCP servers): opened on the run's first step, closed at its end."""
         self.api_messages = _ApiMessages()
         """The conversation as the run's requests send it, kept from step to step."""
+        self._sends: list[tuple[int, concurrent.futures.Future[None]]] = []
+        self._sends_lock = threading.Lock()
+        self._ended = False
 
-    def message_sent(self) -> None:
+    def message_sent(self, seq: int, *, waits: bool) -> concurrent.futures.Future[None]:
         """Save a message sent while the run goes on (``State.send``, from any thread)."""
+        if waits and self.loop is not None and _running_loop() is self.loop:
+            raise RuntimeError(
+                f"State.send() on the event loop running State {self.state.id!r} would wait "
+                f"for itself: use 'await state.asend(message)' in async code"
+            )
+        saved: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with self._sends_lock:
+            if self._ended:  # the run has made its last save
+                _settle(saved, self._unsaved_error() if self.state.saved_entries <= seq else None)
+                return saved
+            self._sends.append((seq, saved))
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self.agent._save_soon, self.state, self)
+            with contextlib.suppress(RuntimeError):  # closed: the run's end settles it
+                self.loop.call_soon_threadsafe(self.agent._save_soon, self.state, self)
+        return saved
+
+    def settle_sends(self, error: BaseException | None = None) -> None:
+        """Wake the senders whose message is saved now; with ``error`` (a save failed),
+        all the others too: they raise it."""
+        saved_entries = self.state.saved_entries
+        with self._sends_lock:
+            waiting = []
+            for seq, saved in self._sends:
+                if seq < saved_entries:
+                    _settle(saved, None)
+                elif error is not None:
+                    _settle(saved, error)
+                else:
+                    waiting.append((seq, saved))
+            self._sends = waiting
+
+    def unsaved_sends(self) -> bool:
+        with self._sends_lock:
+            return bool(self._sends)
+
+    def end(self) -> None:
+        """The run made its last save: every sender learns whether its message is saved."""
+        self.settle_sends()
+        with self._sends_lock:
+            self._ended = True
+        self.settle_sends(self._unsaved_error())
+
+    def _unsaved_error(self) -> RuntimeError:
+        return RuntimeError(
+            f"the run of State {self.state.id!r} ended before the message was saved: it is "
+            f"in the State, and the next save writes it"
+        )
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _settle(saved: concurrent.futures.Future[None], error: BaseException | None) -> None:
+    # Already cancelled: the task of an asend was cancelled, and nobody waits any more.
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if error is None:
+            saved.set_result(None)
+        else:
+            saved.set_exception(error)
+
+
+async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
+    """Await ``work``; if cancelled meanwhile, let it finish first, then raise the cancel.
+
+    A save cancelled half-way would keep writing unseen: the closing save would send its
+    entries again, and a create would be refused as taken.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: the closing save raises what still fails
+        raise
 
 
 class _RunClient:

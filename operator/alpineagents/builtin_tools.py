@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .pod_contract import ENV_MCP_PREFIX
+from .pod_contract import ENV_ENCRYPTION_KEYS, ENV_MCP_PREFIX
 from .tools import Tool
 
 NAMES = ("fetch_url", "read_file", "shell", "write_file")
@@ -44,6 +44,9 @@ _SECRET_ENV = (
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    "MINIO_ACCESS_KEY",
+    "MINIO_SECRET_KEY",
+    ENV_ENCRYPTION_KEYS,
 )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import StoreUnavailableError
 from .pod_contract import ExitCode
+from .redaction import Redactor
 from .runner import LogFormat, ProgressLog, SpecError, open_run_store, run_agent_run
 from .state import Entry, State, error_text
 from .store.base import Record, Store
@@ -51,11 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """``run [FILE] [--store URL] [--id ID] [--offline]``: run or resume, showing progress."""
-    log = ProgressLog(sys.stderr, format=_log_format(args))
-    with _offline_model() if args.offline else contextlib.nullcontext():
-        result = run_agent_run(args.file, store_url=args.store, state_id=args.id, log=log)
-    if result.answer is not None:
-        print(result.answer)
+    # Everything the run prints passes a mask for its secrets (API key, store keys, ...).
+    with Redactor.from_environment().guarding_stdio():
+        log = ProgressLog(sys.stderr, format=_log_format(args))
+        with _offline_model() if args.offline else contextlib.nullcontext():
+            result = run_agent_run(args.file, store_url=args.store, state_id=args.id, log=log)
+        if result.answer is not None:
+            print(result.answer)
     return result.exit_code
 
 

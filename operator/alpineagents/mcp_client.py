@@ -23,6 +23,7 @@ from .tools import ToolOutput
 from .toolsets import OpenToolset
 
 _LIST_PAGES = 100  # a server whose tool list never ends cannot hang the run's start
+_CLOSE_WAIT = 10.0  # seconds a session may take to close before its keeper is cancelled
 
 
 class Connection:
@@ -157,8 +158,10 @@ class Connection:
         if keeper is None or keeper.done():
             return
         try:
-            await asyncio.wait_for(asyncio.shield(keeper), self.server.timeout)
-        except (TimeoutError, Exception):
+            # Bounded: a stopping pod has its grace period (30 s) for everything, and the
+            # State is saved before its toolsets close.
+            await asyncio.wait_for(asyncio.shield(keeper), min(self.server.timeout, _CLOSE_WAIT))
+        except Exception:
             keeper.cancel()
             with contextlib.suppress(BaseException):  # it is failing already
                 await keeper

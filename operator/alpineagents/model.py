@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import anthropic
 
+from .redaction import Redactor
+
 _STREAM_ABOVE = 4096  # max_tokens from which replies are streamed (long replies time out otherwise)
 
 
@@ -82,13 +84,21 @@ async def ask(client: Any, request: dict[str, Any], retry: Retry) -> dict[str, A
     ``client`` is an ``anthropic.AsyncAnthropic`` or ``anthropic.Anthropic`` (run on a
     worker thread).
     """
-    for attempt in range(retry.attempts):
-        try:
-            return await _send(client, request)
-        except _transient() as error:
-            if attempt + 1 >= retry.attempts:
-                raise
-            await asyncio.sleep(retry.delay(attempt, error))
+    try:
+        for attempt in range(retry.attempts):
+            try:
+                return await _send(client, request)
+            except _transient() as error:
+                if attempt + 1 >= retry.attempts:
+                    raise
+                await asyncio.sleep(retry.delay(attempt, error))
+    except Exception as error:
+        if sdk_error(error, "APIError"):
+            # Some gateways echo the request's headers in their error bodies: the error is
+            # saved in the history and reported, so the client's own key must not be in it.
+            keys = [getattr(client, "api_key", None), getattr(client, "auth_token", None)]
+            Redactor([key for key in keys if isinstance(key, str)]).exception(error)
+        raise
     raise AssertionError("unreachable")
 
 

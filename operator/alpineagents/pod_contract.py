@@ -55,6 +55,12 @@ ENV_ATTEMPT = "ALPINEAGENTS_ATTEMPT"
 ENV_TERMINATION_MESSAGE_PATH = "TERMINATION_MESSAGE_PATH"
 """Where the runner writes its termination message (the container's
 ``terminationMessagePath``)."""
+ENV_ENCRYPTION_KEYS = "ALPINEAGENTS_ENCRYPTION_KEYS"
+"""The keyring of an encrypted store (``ID:BASE64`` items, the last one writes; also as
+``..._FILE``), see :mod:`alpineagents.store.encrypted`."""
+ENV_SECRET_NAMES = "ALPINEAGENTS_SECRET_ENV"
+"""Comma-separated names of the pod's variables that come from Secrets: the runner keeps
+their values out of its logs, the saved history and the termination message."""
 ENV_PREFIX = "ALPINEAGENTS_"
 """The operator's variables: an AgentRun's ``spec.env`` cannot override these."""
 ENV_MCP_PREFIX = "ALPINEAGENTS_MCP_"

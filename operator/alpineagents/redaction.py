@@ -24,14 +24,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from .pod_contract import ENV_MCP_PREFIX
+from .pod_contract import ENV_ENCRYPTION_KEYS, ENV_MCP_PREFIX, ENV_SECRET_NAMES
 
-__all__ = ["MASK", "SECRET_ENV", "Redactor"]
+__all__ = ["MASK", "Redactor"]
 
 MASK = "***"
-SECRET_ENV = "ALPINEAGENTS_SECRET_ENV"
-"""Comma-separated names of variables whose values are secret (the operator lists the
-ones it fills from Secrets)."""
 
 _MIN_LENGTH = 8  # shorter values ("true", "1", "us-east-1") would mask ordinary words
 _KNOWN = (
@@ -42,7 +39,7 @@ _KNOWN = (
     "AWS_SESSION_TOKEN",
     "MINIO_ACCESS_KEY",
     "MINIO_SECRET_KEY",
-    "ALPINEAGENTS_ENCRYPTION_KEYS",
+    ENV_ENCRYPTION_KEYS,
 )
 _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_KEY|CREDENTIAL", re.I)
 
@@ -64,10 +61,10 @@ class Redactor:
         (``ALPINEAGENTS_MCP_*``), and any variable whose name says it is a
         secret (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*API_KEY*``, ...)."""
         env = os.environ if env is None else env
-        named = {n.strip() for n in env.get(SECRET_ENV, "").split(",") if n.strip()}
+        named = {n.strip() for n in env.get(ENV_SECRET_NAMES, "").split(",") if n.strip()}
         values: list[str] = []
         for name, value in env.items():
-            if name == SECRET_ENV:
+            if name == ENV_SECRET_NAMES:
                 continue
             if (
                 name in named
@@ -82,7 +79,7 @@ class Redactor:
         for name in _KNOWN:
             values += _file_secrets(env.get(name + "_FILE"))
         # A keyring is "id:key,id:key": each key is a secret of its own too.
-        for item in re.split(r"[\s,]+", env.get("ALPINEAGENTS_ENCRYPTION_KEYS", "")):
+        for item in re.split(r"[\s,]+", env.get(ENV_ENCRYPTION_KEYS, "")):
             values.append(item.partition(":")[2])
         return cls(values)
 

@@ -9,7 +9,10 @@ same State.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import threading
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -51,6 +54,29 @@ UNKNOWN_RESULT = (
     "have run. Check whether it took effect before running it again.)"
 )
 MODEL_STOPPED = "(process stopped while waiting for the model)"
+
+
+def check_id(state_id: object) -> str:
+    """``state_id`` if stores can keep it, else ``ValueError`` saying what is wrong.
+
+    The one place that knows the rule: a State id is non-empty text that is valid UTF-8,
+    without control characters (NUL, line breaks). Dots and slashes are fine: stores
+    encode ids, so none can leave its folder or prefix.
+    """
+    if not isinstance(state_id, str) or not state_id:
+        raise ValueError("a State needs a non-empty string id")
+    try:
+        state_id.encode("utf-8")
+    except UnicodeEncodeError:
+        problem = "is not valid UTF-8 text"
+    else:
+        if not any(unicodedata.category(c) == "Cc" for c in state_id):
+            return state_id
+        problem = "has a control character (NUL, a line break, ...)"
+    raise ValueError(
+        f"State id {state_id!r} {problem}: use printable text, such as letters, digits, "
+        f"'-', '_' and '.'"
+    )
 
 
 def aborted_text(reason: BaseException) -> str:
@@ -138,8 +164,11 @@ class ActiveRun(Protocol):
     """What a State needs of the Agent running it (``State.active_run``, set by the Agent
     for the length of one run; the Agent keeps the rest of its run there too)."""
 
-    def message_sent(self) -> None:
-        """A message was sent to the running State (called from any thread)."""
+    def message_sent(self, seq: int, *, waits: bool) -> concurrent.futures.Future[None]:
+        """A message is being sent to the running State as entry ``seq`` (from any thread,
+        with the State's lock held): save it soon. The future is done once it is saved (or
+        holds the save's error). ``waits``: the sender blocks on it, so this raises
+        ``RuntimeError`` on the run's own event loop, which must do the save."""
 
 
 class SaveCursor(Protocol):
@@ -169,9 +198,7 @@ class State:
         *,
         parent_id: str | None = None,
     ) -> None:
-        if not isinstance(id, str) or not id:
-            raise ValueError("a State needs a non-empty string id")
-        self.id = id
+        self.id = check_id(id)
         self.parent_id = parent_id
         self.history: list[Entry] = []
         self.messages: list[Message] = []
@@ -272,22 +299,40 @@ class State:
     def send(self, message: Message | str) -> Entry:
         """Send a message to this State, also while it runs (from any thread).
 
-        While a turn is open the message is saved at once as waiting, and joins
-        ``messages`` after the reply or the results it was waiting for.
+        While a run is live, the message is saved as ``waiting`` and ``send`` returns once
+        that save is done, so a process killed after ``send`` returned still has it. It
+        joins ``messages`` after the reply or the results it waits for. If the save fails,
+        ``send`` raises the store's exception; the message stays in the State and the
+        next save writes it. On the run's own event loop (an async tool, say) ``send``
+        would wait for itself: use ``await state.asend(message)`` there.
+
+        With no live run the message joins ``messages`` at once, unsaved: the next run's
+        first save (or ``store.save(state)``) saves it.
         """
+        entry, saved = self._send(message, waits=True)
+        if saved is not None:
+            saved.result()
+        return entry
+
+    async def asend(self, message: Message | str) -> Entry:
+        """``send`` for async code: while a run is live, returns once the message is saved."""
+        entry, saved = self._send(message, waits=False)
+        if saved is not None:
+            await asyncio.wrap_future(saved)
+        return entry
+
+    def _send(
+        self, message: Message | str, *, waits: bool
+    ) -> tuple[Entry, concurrent.futures.Future[None] | None]:
         if isinstance(message, str):
             message = Message.user(message)
+        data = {"message": message.to_dict()}
         with self._lock:
             run = self.active_run
-            if run is not None:
-                entry = self.add(
-                    "waiting", "waiting: " + _message_text(message), {"message": message.to_dict()}
-                )
-            else:
-                entry = self.add("message", _message_text(message), {"message": message.to_dict()})
-        if run is not None:
-            run.message_sent()
-        return entry
+            if run is None:
+                return self.add("message", _message_text(message), data), None
+            saved = run.message_sent(len(self.history), waits=waits)
+            return self.add("waiting", "waiting: " + _message_text(message), data), saved
 
     def approve(self, call_id: str, allow: bool, *, note: str = "") -> Entry:
         """Record a person's answer to a permission ask; the next run acts on it."""
@@ -307,11 +352,19 @@ class State:
 
     # ----------------------------------------------------------------- the event log
     def add(
-        self, kind: EntryKind, text: str, data: dict[str, Any], error: BaseException | None = None
+        self,
+        kind: EntryKind,
+        text: str,
+        data: dict[str, Any],
+        error: BaseException | None = None,
+        *,
+        time: datetime | None = None,
     ) -> Entry:
-        """Append one entry to the history and apply it (the steps of a run call this)."""
+        """Append one entry to the history and apply it (the steps of a run call this).
+
+        ``time`` defaults to now."""
         with self._lock:
-            entry = Entry(len(self.history), kind, datetime.now(UTC), text, data, error)
+            entry = Entry(len(self.history), kind, time or datetime.now(UTC), text, data, error)
             self.history.append(entry)
             self._replay(entry)
             return entry
@@ -387,6 +440,8 @@ class State:
         outcome: Outcome,
         content: str | list[dict[str, Any]],
         error: BaseException | None = None,
+        *,
+        time: datetime | None = None,
     ) -> Entry:
         """Append the result of a tool call (its content is what the model gets)."""
         text = content if isinstance(content, str) else Message.user(content).text or "[content]"
@@ -395,31 +450,35 @@ class State:
             excerpt(text),
             {"call_id": call.id, "name": call.name, "outcome": outcome, "content": content},
             error,
+            time=time,
         )
 
-    def join_waiting(self) -> None:
+    def join_waiting(self, *, time: datetime | None = None) -> None:
         """Let the messages sent while a turn was open join ``messages`` (turn closed)."""
         for seq, message in list(self._waiting):
-            self.add("joined", "joined: " + _message_text(message), {"waiting_seq": seq})
+            data = {"waiting_seq": seq}
+            self.add("joined", "joined: " + _message_text(message), data, time=time)
 
     def close_open_turn(self, reason: BaseException | None) -> None:
         """Close what a stopped run left open, with entries of its own.
 
         ``reason`` is the exception that ends a live run; ``None`` means the process was
-        killed and we only know what was saved.
+        killed and we only know what was saved. Then the entries are a pure function of
+        the saved ones, stamped with the time of the last, so every load of one save is
+        the same State.
         """
         with self._lock:
+            time = self.history[-1].time if reason is None and self.history else None
             if self._request_open:
                 text = MODEL_STOPPED if reason is None else aborted_text(reason)
-                self.add("model_error", text, {"error": text}, reason)
+                self.add("model_error", text, {"error": text}, reason, time=time)
             for call in self.pending_calls:
                 if call.id in self._asked and call.id not in self._answered:
                     continue  # never ran: it waits for a person, not for a result
-                self.add_result(
-                    call, "aborted", UNKNOWN_RESULT if reason is None else aborted_text(reason)
-                )
+                content = UNKNOWN_RESULT if reason is None else aborted_text(reason)
+                self.add_result(call, "aborted", content, time=time)
             if not self.pending_calls:
-                self.join_waiting()
+                self.join_waiting(time=time)
 
     # ----------------------------------------------------------------- persistence
     def _info(self) -> dict[str, Any]:

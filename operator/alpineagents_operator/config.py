@@ -31,6 +31,12 @@ in each namespace where AgentRuns run.
 ``ALPINEAGENTS_RUN_CREDENTIALS_SECONDS``  lifetime of a run's credentials (900-43200);
                                        they are renewed with half of it left
 ``ALPINEAGENTS_STS_ROLE_ARN``          role to assume (AWS needs one; MinIO ignores it)
+``ALPINEAGENTS_RUN_RESOURCES``         JSON resources (requests/limits) for pods whose
+                                       AgentRun has no ``spec.resources``
+``ALPINEAGENTS_ENCRYPTION_SECRET``     Secret with the encryption keyring for pods ("" =
+                                       none); the store URL then carries
+                                       ``encrypted=true`` (see alpineagents.store.encrypted)
+``ALPINEAGENTS_ENCRYPTION_SECRET_KEY`` its key (default ``keys``)
 =====================================  ==============================================
 """
 
@@ -39,7 +45,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 DEFAULT_IMAGE = "ghcr.io/alpineagents/alpineagents:0.1.0"
 DEFAULT_STORE = "file:///var/lib/alpineagents/runs"
@@ -47,6 +54,11 @@ DEFAULT_POD_COMMAND = ("python", "-m", "alpineagents", "run")
 MIN_CREDENTIALS_SECONDS = 900  # the shortest session STS grants (AWS, MinIO, SeaweedFS)
 MAX_CREDENTIALS_SECONDS = 43200  # the longest AWS grants a role session by default
 RUN_CREDENTIALS_MODES = ("sts", "shared")
+DEFAULT_RUN_RESOURCES: Mapping[str, Mapping[str, str]] = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    "limits": {"memory": "1Gi", "ephemeral-storage": "2Gi"},
+}
+"""A run pod's resources unless its AgentRun says: a runaway tool cannot take the node."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,10 @@ class OperatorConfig:
     store Secret's key in every pod."""
     run_credentials_seconds: int = 3600
     sts_role_arn: str = ""
+    run_resources: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_RUN_RESOURCES))
+    """Resources of run pods whose AgentRun has no ``spec.resources``."""
+    encryption_secret: str = ""
+    encryption_secret_key: str = "keys"
 
     @property
     def per_run_credentials(self) -> bool:
@@ -122,6 +138,24 @@ class OperatorConfig:
                 f"ALPINEAGENTS_RUN_CREDENTIALS_SECONDS must be whole seconds from "
                 f"{MIN_CREDENTIALS_SECONDS} to {MAX_CREDENTIALS_SECONDS}, not {lifetime!r}"
             )
+        resources_json = text("ALPINEAGENTS_RUN_RESOURCES", "")
+        resources: Mapping[str, Any] = defaults.run_resources
+        if resources_json:
+            try:
+                parsed_resources = json.loads(resources_json)
+            except ValueError:
+                parsed_resources = None
+            if not (
+                isinstance(parsed_resources, dict)
+                and set(parsed_resources) <= {"requests", "limits", "claims"}
+                and all(isinstance(v, dict) for v in parsed_resources.values())
+            ):
+                raise ValueError(
+                    "ALPINEAGENTS_RUN_RESOURCES must be a JSON object like "
+                    '{"requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"}}, '
+                    f"got {resources_json!r}"
+                )
+            resources = parsed_resources
         return cls(
             namespaces=namespaces,
             image=text("ALPINEAGENTS_IMAGE", defaults.image),
@@ -143,4 +177,9 @@ class OperatorConfig:
             run_credentials=mode,
             run_credentials_seconds=int(lifetime),
             sts_role_arn=text("ALPINEAGENTS_STS_ROLE_ARN", defaults.sts_role_arn),
+            run_resources=resources,
+            encryption_secret=text("ALPINEAGENTS_ENCRYPTION_SECRET", defaults.encryption_secret),
+            encryption_secret_key=text(
+                "ALPINEAGENTS_ENCRYPTION_SECRET_KEY", defaults.encryption_secret_key
+            ),
         )

@@ -18,6 +18,10 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
+from alpineagents import Store
+from alpineagents.errors import StoreError
+
+from . import saved_state
 from .cluster import Cluster, SecretConflict
 from .config import OperatorConfig
 from .decide import RunEvent
@@ -30,7 +34,7 @@ from .run_credentials import (
     mint_run_credentials,
     renew_at,
 )
-from .views import JSON, AgentRunView, PodView, pod_name_for
+from .views import JSON, TERMINAL_PHASES, AgentRunView, PodView, pod_name_for
 
 _log = logging.getLogger(__name__)
 RETRY_SECONDS = 30.0
@@ -60,6 +64,7 @@ class RunCredentialIssuer:
         *,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], datetime] = _utc_now,
+        open_store: Callable[[str], Store] | None = None,
     ) -> None:
         self.config = config
         self.cluster = cluster
@@ -70,6 +75,8 @@ class RunCredentialIssuer:
         self._renew_at: dict[RunKey, datetime] = {}
         self._failing: set[RunKey] = set()
         self._warned_shared = False
+        self._open_store = open_store
+        self._prepared: set[str] = set()
 
     async def before_pod(self, run: AgentRunView, body: JSON) -> str | None:
         """Put fresh credentials in the run's Secret for the pod about to start.
@@ -104,8 +111,10 @@ class RunCredentialIssuer:
         has no live pod with credentials of its own.
         """
         key = (run.namespace, run.name)
-        if not uses_run_credentials(run, self.config) or run.status.attempt < 1:
+        if run.status.phase in TERMINAL_PHASES:
             self._forget(key)
+            return None
+        if not uses_run_credentials(run, self.config) or run.status.attempt < 1:
             return None
         current = pod_name_for(run.name, run.status.attempt)
         if not any(p.name == current and p.alive and not p.deleting for p in pods):
@@ -130,13 +139,25 @@ class RunCredentialIssuer:
         self._failing.discard(key)
 
     async def _issue(self, run: AgentRunView) -> Exception | None:
+        url = store_url(run, self.config)
         try:
-            access = self._access_for(store_url(run, self.config))
+            if url not in self._prepared and self._open_store is not None:
+                # The pod's credentials cannot create the bucket: the operator's key can.
+                await asyncio.to_thread(saved_state.prepare, self._open_store(url))
+                self._prepared.add(url)
+            access = self._access_for(url)
             credentials = await asyncio.to_thread(
                 mint_run_credentials, access, run.state_id, self.lifetime
             )
             await asyncio.to_thread(self.cluster.apply_secret, credentials_secret(run, credentials))
-        except (ValueError, CredentialsRefused, CredentialsUnavailable, SecretConflict) as error:
+        except (
+            ValueError,
+            CredentialsRefused,
+            CredentialsUnavailable,
+            SecretConflict,
+            StoreError,
+            ConnectionError,
+        ) as error:
             return error
         self._renew_at[(run.namespace, run.name)] = renew_at(credentials.expires_at, self.lifetime)
         return None

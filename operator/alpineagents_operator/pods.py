@@ -43,7 +43,9 @@ from typing import Any
 from alpineagents.pod_contract import (
     API_VERSION,
     ENV_ATTEMPT,
+    ENV_ENCRYPTION_KEYS,
     ENV_PREFIX,
+    ENV_SECRET_NAMES,
     ENV_SPEC_FILE,
     ENV_STATE_ID,
     ENV_STORE,
@@ -226,8 +228,8 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
         )
     if spec.get("envFrom"):
         container["envFrom"] = list(spec["envFrom"])
-    if spec.get("resources"):
-        container["resources"] = dict(spec["resources"])
+    # Always limited: the AgentRun's own resources, else the operator's defaults.
+    container["resources"] = dict(spec.get("resources") or config.run_resources)
     pod_spec: JSON = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -282,6 +284,10 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         )
     if config.anthropic_base_url:
         ours.append({"name": "ANTHROPIC_BASE_URL", "value": config.anthropic_base_url})
+    if config.encryption_secret:
+        ours.append(
+            _secret_env(ENV_ENCRYPTION_KEYS, config.encryption_secret, config.encryption_secret_key)
+        )
     if uses_run_credentials(run, config):
         ours += [
             {"name": f"{key}_FILE", "value": f"{CREDENTIALS_MOUNT}/{key}"}
@@ -294,11 +300,20 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         )
     # The runner's contract variables are the operator's; the rest the AgentRun may override.
     fixed = {item["name"] for item in ours if str(item["name"]).startswith(ENV_PREFIX)}
-    fixed.add(ENV_TERMINATION_MESSAGE_PATH)
+    fixed |= {ENV_TERMINATION_MESSAGE_PATH, ENV_SECRET_NAMES}
     theirs: list[Any] = [
         item
         for item in run.spec.get("env") or []
         if not (isinstance(item, dict) and item.get("name") in fixed)
     ]
     taken = {item.get("name") for item in theirs if isinstance(item, dict)}
-    return [item for item in ours if item["name"] not in taken] + theirs
+    env = [item for item in ours if item["name"] not in taken] + theirs
+    # Tell the runner which values come from Secrets, so it masks them wherever it writes.
+    from_secrets = [
+        str(item["name"])
+        for item in env
+        if isinstance(item, dict) and "secretKeyRef" in (item.get("valueFrom") or {})
+    ]
+    if from_secrets:
+        env.append({"name": ENV_SECRET_NAMES, "value": ",".join(from_secrets)})
+    return env

@@ -26,7 +26,13 @@ from .config import OperatorConfig
 from .credential_issuer import RunCredentialIssuer
 from .decide import Decision, claim_refused, decide, pod_refused, start_blocked
 from .metrics import OperatorMetrics
-from .pods import forbidden_secret_refs, pod_manifest, spec_secret, store_url
+from .pods import (
+    forbidden_secret_refs,
+    pod_manifest,
+    spec_secret,
+    store_url,
+    uses_run_credentials,
+)
 from .views import JSON, AgentRunView, PodView, SavedView, labels_pods
 
 _log = logging.getLogger(__name__)
@@ -61,6 +67,7 @@ class Reconciler:
         self._timers: dict[RunKey, tuple[float, asyncio.TimerHandle]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stores: dict[str, Store] = {}
+        self._stores_with_bucket: set[str] = set()
         self._fencers: dict[str, Store] = {}
         """Store instances that only claim (never read): see :meth:`_fence`."""
         self._claim_failures: dict[RunKey, int] = {}
@@ -68,7 +75,7 @@ class Reconciler:
         """The last error each run's resync step logged (so it is logged once)."""
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
-        self.credentials = RunCredentialIssuer(config, cluster, clock=clock)
+        self.credentials = RunCredentialIssuer(config, cluster, clock=clock, open_store=self._store)
         """Gives each pod its own short-lived store credentials (see its module)."""
         self.last_step_at = 0.0
         """Monotonic time of the last finished step (the liveness probe reports it)."""
@@ -235,6 +242,8 @@ class Reconciler:
             if forbidden is not None:
                 invalid = pod_refused(run, decision.create_pod, 422, forbidden, self._clock())
                 return await self._apply(run, body, invalid)
+            if uses_run_credentials(run, self.config):
+                await self._make_bucket_exist(run)
             blocked = await self.credentials.before_pod(run, body)
             if blocked is not None:
                 _log.warning("%s/%s: %s", *key, blocked)
@@ -275,6 +284,18 @@ class Reconciler:
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
         return decision
+
+    async def _make_bucket_exist(self, run: AgentRunView) -> None:
+        """Have the operator's store create a missing bucket before a pod with credentials
+        of its own starts: those reach the run's State folder only, so the first run on a
+        new store (a fresh bundled MinIO) would fail with NoSuchBucket and restart.
+        Reading the State does it (a MinioStore creates its bucket on first use)."""
+        url = store_url(run, self.config)
+        if url in self._stores_with_bucket:
+            return
+        saved = await self._read_saved(run)
+        if saved.error is None:
+            self._stores_with_bucket.add(url)
 
     async def _fence(self, run: AgentRunView) -> str | None:
         """Claim the run's State so a lost pod still running can write no more into it;

@@ -80,6 +80,14 @@ def claim(store: Store, state_id: str) -> bool:
     return True
 
 
+def prepare(store: Store) -> None:
+    """Make the store ready for new States where the operator's key may and the pods' may
+    not: MinioStore's bucket is created if it is missing (per-run credentials cannot)."""
+    method: Callable[[], Any] | None = getattr(store, "ensure_bucket", None)
+    if callable(method):
+        method()
+
+
 def delete_state(store: Store, state_id: str) -> None:
     """Delete one saved State (its entries and info); an unknown id does nothing."""
     store.delete(state_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ class ReportingStore(FileStore):
         *,
         create: bool = False,
     ) -> None:
+        if scenario == "send" and any(e["kind"] == "waiting" for e in entries):
+            time.sleep(0.5)  # a slow store: send must still return only once it saved
         super().write(state_id, entries, info, create=create)
         say("saved " + " ".join(e["kind"] for e in entries))
 
@@ -42,8 +45,9 @@ class ReportingStore(FileStore):
 def slow(name: str = "slow") -> str:
     """Writes a marker, then blocks until the process is killed."""
     (markers / f"{name}-{len(list(markers.iterdir()))}").touch()
-    if scenario == "waiting":
+    if scenario in ("waiting", "send"):
         state.send(Message.user("Also: add the weather."))
+        say("sent")
     say(f"started {name}")
     threading.Event().wait()
     return "never"

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -342,6 +342,17 @@ class ControlPlane:
         except OSError as error:  # URLError is an OSError: connection refused, reset, ...
             return 0, str(error).encode()
 
+    def audit_events(self, user: str) -> list[dict[str, Any]]:
+        """The audit events (metadata only) of the requests ``user`` made so far, e.g.
+        ``system:serviceaccount:<namespace>:<name>``: verb, objectRef, responseStatus."""
+        events = []
+        path = self.workdir / "audit.log"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            event = json.loads(line)
+            if event.get("user", {}).get("username") == user:
+                events.append(event)
+        return events
+
     def apply_crds(self, directory: Path | None = None, timeout: float = 60.0) -> list[str]:
         """Apply every YAML file in ``directory`` (default ``<repo>/crds``) and wait for
         each CustomResourceDefinition to be Established. Returns the CRD names."""
@@ -449,6 +460,13 @@ def _start_control_plane(
         (pki / filename).write_bytes(data)
         (pki / filename).chmod(0o600)
 
+    # Metadata-level audit (who did what to which object; never bodies, so no secrets):
+    # tests compare what a ServiceAccount really called with what its Role grants.
+    audit_policy = workdir / "audit-policy.yaml"
+    audit_policy.write_text(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+        "rules:\n  - level: Metadata\n"
+    )
     etcd_url = _start_etcd(stack, workdir)
     port = free_port()
     server = f"https://{options.address}:{port}"
@@ -474,6 +492,9 @@ def _start_control_plane(
             *([] if options.service_accounts else ["--disable-admission-plugins=ServiceAccount"]),
             "--allow-privileged=true",
             "--profiling=false",
+            f"--audit-policy-file={audit_policy}",
+            f"--audit-log-path={workdir / 'audit.log'}",
+            "--audit-log-format=json",
             "--v=1",
             *options.apiserver_args,
         ],

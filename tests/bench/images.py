@@ -257,17 +257,37 @@ def _save(docker: Docker, image: Image) -> None:
     finally:
         partial.unlink(missing_ok=True)
     _forget_earlier(image)
-    tags = docker.run("image", "ls", "--format={{.Repository}}:{{.Tag}}", image.repository)
-    earlier = [tag for tag in tags.split() if tag != image.ref]
-    if earlier:
-        docker.run("image", "rm", *earlier)
     docker.run("image", "prune", "--force")
 
 
+KEEP_BUILDS = 3
+"""Archives kept per image: several checkouts (git worktrees) of one machine share the
+cache, each with its own build of our image, and must not rebuild each other's."""
+
+
 def _forget_earlier(image: Image) -> None:
-    for archive in image.archive.parent.glob(f"{image.name}-*.tar"):
+    """Delete this image's archives beyond the newest :data:`KEEP_BUILDS`."""
+    builds = sorted(
+        image.archive.parent.glob(f"{image.name}-*.tar"),
+        key=lambda path: path.stat().st_mtime,
+        reverse=True,
+    )
+    for archive in builds[KEEP_BUILDS:]:
         if archive != image.archive:
             archive.unlink(missing_ok=True)
+
+
+def cached_refs() -> set[str]:
+    """References of every image archive in the cache (any checkout's builds)."""
+    refs = set()
+    for archive in images_root().glob("*-*.tar"):
+        name, _, digest = archive.stem.rpartition("-")
+        refs.add(
+            f"alpineagents:bench-{digest}"
+            if name == "alpineagents"
+            else f"alpineagents-bench/{name}:{digest}"
+        )
+    return refs
 
 
 def _build_base(image: Image) -> None:

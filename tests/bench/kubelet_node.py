@@ -31,7 +31,7 @@ from tests.bench.host_cleanup import (
     remove_cgroup,
     unmount_below,
 )
-from tests.bench.images import Image
+from tests.bench.images import Image, cached_refs
 from tests.bench.infra import free_port
 from tests.bench.node_network import CLUSTER_DOMAIN, NodeSubnet
 from tests.bench.server_process import ServerFailed, ServerProcess
@@ -172,10 +172,11 @@ class KubeletNode:
 
     def load_images(self, images: list[Image]) -> None:
         """Import the image archives the node does not have yet, and remove the bench's
-        images of earlier builds (their content is then garbage-collected)."""
+        images whose archives left the cache (their content is then garbage-collected)."""
         wanted = {_normalized(image.ref) for image in images}
+        kept = wanted | {_normalized(ref) for ref in cached_refs()}
         present = set(self.ctr("images", "list", "--quiet").stdout.split())
-        stale = [ref for ref in present - wanted if ref.startswith(_BENCH_REPOSITORIES)]
+        stale = [ref for ref in present - kept if ref.startswith(_BENCH_REPOSITORIES)]
         if stale:
             self.ctr("images", "remove", *stale)
         for image in images:

@@ -250,13 +250,17 @@ class ServiceNames:
                 "--domain-needed",
                 "--log-facility=-",
                 "--pid-file=",
-                "--user=root",
+                # It binds port 53 as root, then runs as nobody.
+                "--user=nobody",
+                "--group=nogroup",
             ],
             workdir / "dnsmasq.log",
         )
 
     def start(self) -> None:
-        self.hosts_dir.mkdir(parents=True, exist_ok=True)
+        # Readable by dnsmasq after it dropped root (the workdir must be traversable).
+        self.hosts_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        self.hosts_dir.chmod(0o755)
         self._refresh()
         self.process.start()
         self._thread = threading.Thread(target=self._follow, name="service-names", daemon=True)
@@ -273,6 +277,7 @@ class ServiceNames:
         if text != self._written:
             partial = self.hosts_dir / ".services.partial"
             partial.write_text(text)
+            partial.chmod(0o644)
             partial.replace(self.hosts_dir / "services")  # dnsmasq re-reads it on change
             self._written = text
 

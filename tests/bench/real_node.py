@@ -311,6 +311,7 @@ def start_cluster(stack: ExitStack, workdir: Path, images: dict[str, Image]) -> 
         items: list[dict[str, object]] = json.loads(body)["items"]
         return items
 
+    workdir.chmod(0o711)  # dnsmasq, no longer root, reads its hosts file below it
     names = ServiceNames(first.gateway, workdir, list_services)
     stack.callback(names.stop)
     names.start()

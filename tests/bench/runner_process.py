@@ -32,6 +32,7 @@ import yaml
 
 from alpineagents import FileStore, State
 from alpineagents.testing import ModelServer
+from tests.bench.terminal import default_sigint
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DEADLINE = 120.0  # seconds a child or a file may take; a safety net, never a measurement
@@ -87,6 +88,7 @@ class RunnerProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=default_sigint,  # tests send it Ctrl+C, also when pytest runs in the background
         )
         self.stdout = ""
         self.stderr = ""

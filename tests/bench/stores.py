@@ -11,6 +11,8 @@ Fixtures:
   :data:`TEST_KEYRING_TEXT`.
 - ``s3`` (function), parametrized with ids ``minio``, ``seaweedfs``: an :class:`S3Place`,
   a fresh bucket on that server, to make MinioStores with the options a test needs.
+- ``child_store`` (function): a :class:`ChildStore`, how a child process opens the same
+  store as this test's ``store`` (a URL for ``open_store`` and the environment it needs).
 """
 
 from __future__ import annotations
@@ -108,6 +110,56 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         yield EncryptedStore(inner, Keyring.from_text(TEST_KEYRING_TEXT))
     else:
         yield inner
+
+
+@dataclass(frozen=True)
+class ChildStore:
+    """How a child process reaches the ``store`` of this test.
+
+    ``url`` is for ``alpineagents.store.open_store``, or ``"memory"``: the MemoryStore
+    lives in one process only, so the child makes its own and reports what it holds.
+    ``env`` holds the credentials an ``s3://`` URL needs.
+    """
+
+    url: str
+    env: dict[str, str]
+
+
+@pytest.fixture
+def child_store(request: pytest.FixtureRequest, store: Store) -> ChildStore:
+    """How a child process opens this test's ``store`` (see :class:`ChildStore`)."""
+    kind, _, wrapper = str(request.node.callspec.params["store"]).partition("+")
+    if wrapper == "encrypted":
+        # The child opens the same wrapper through the URL, with the test's keys.
+        from alpineagents.store.encrypted import KEYS_ENV, EncryptedStore
+
+        assert isinstance(store, EncryptedStore)
+        plain = _child_store(request, kind, store.inner)
+        if plain.url == "memory":
+            return plain
+        joiner = "&" if "?" in plain.url else "?"
+        return ChildStore(
+            f"{plain.url}{joiner}encrypted=true", {**plain.env, KEYS_ENV: TEST_KEYRING_TEXT}
+        )
+    return _child_store(request, kind, store)
+
+
+def _child_store(request: pytest.FixtureRequest, kind: str, store: Store) -> ChildStore:
+    if kind == "file":
+        assert isinstance(store, FileStore)
+        return ChildStore(f"file://{store.folder}", {})
+    if kind == "memory":
+        return ChildStore("memory", {})
+    server: S3Server = request.getfixturevalue(kind)
+    url = (
+        f"s3://{store.bucket}/{store.prefix}?endpoint={server.endpoint}&secure=false"  # type: ignore[attr-defined]
+        "&retry_budget=60"
+    )
+    credentials = {
+        "AWS_ACCESS_KEY_ID": server.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.secret_key,
+    }
+    return ChildStore(url, credentials)
 
 
 @pytest.fixture(params=S3_KINDS)

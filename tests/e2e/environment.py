@@ -101,6 +101,21 @@ class Environment:
         """The operator's log so far."""
         raise NotImplementedError
 
+    def operator_calls(self) -> list[JSON] | None:
+        """The API requests of the operator's ServiceAccount so far, as the API server's
+        audit events (metadata only), or None where that log cannot be read (a cluster of
+        your own; the bench's API server keeps one)."""
+        if self.real_node is None:
+            return None
+        deployment = json.loads(
+            self.kubectl("get", "deployment", self.operator, "-o", "json").stdout
+        )
+        account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        events: list[JSON] = self.real_node.plane.audit_events(
+            f"system:serviceaccount:{self.namespace}:{account}"
+        )
+        return events
+
     def diagnostics(self) -> str:
         """What to show when a test fails: the end of the operator's log."""
         tail = "\n".join(self.operator_log().splitlines()[-80:])
@@ -236,8 +251,10 @@ def _delete_runs(env: Environment) -> None:
 SLOW_STEP = 'use shell {"command": "sleep 60; echo finished"}'
 
 
-def apply_run(env: Environment, name: str, prompt: str, **spec: Any) -> None:
-    """``kubectl apply`` an AgentRun with the shell tool and JSON progress logs."""
+def apply_run(where: Environment, name: str, prompt: str, **spec: Any) -> None:
+    """``kubectl apply`` an AgentRun with the shell tool and JSON progress logs (``spec``
+    adds fields; its ``env`` adds variables)."""
+    env = [{"name": "ALPINEAGENTS_LOG_FORMAT", "value": "json"}, *spec.pop("env", [])]
     body = {
         "apiVersion": "alpineagents.dev/v1",
         "kind": "AgentRun",
@@ -248,11 +265,11 @@ def apply_run(env: Environment, name: str, prompt: str, **spec: Any) -> None:
             "tools": ["shell"],
             "maxTurns": 5,
             "restartPolicy": {"initialBackoffSeconds": 0},
-            "env": [{"name": "ALPINEAGENTS_LOG_FORMAT", "value": "json"}],
+            "env": env,
             **spec,
         },
     }
-    env.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
+    where.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
 
 
 def status(run: JSON | None) -> JSON:

@@ -35,8 +35,7 @@ class Malformed:
     refused: tuple[str, ...] = ()
     """Texts the API server's refusal must hold (naming the field)."""
     reason: str = ""
-    """Else: the reason in the run's status (Failed, or Pending with no pod for
-    CredentialsUnavailable), ..."""
+    """Else: the reason the run ends Failed with, ..."""
     message: str = ""
     """... and a text its status.message must hold."""
     name_length: int | None = None
@@ -107,26 +106,22 @@ MALFORMED = [
         reason="NotRetryable",
         message="'alpineagents' has no 'no_such_factory'",
     ),
+    # A store URL that cannot work is refused by the CRD's rules on spec.store.
     Malformed(
         "store-url-of-no-known-kind",
         {"store": "ftp://runs.example.com/agents"},
-        reason="NotRetryable",
-        message="unknown store URL scheme 'ftp'",
+        refused=("spec.store must be file:///path or s3://bucket/prefix",),
     ),
     Malformed(
         "store-url-with-a-password-in-it",
         {"store": "s3://AKIA1:topsecret@runs/x?endpoint=127.0.0.1:9"},
-        # The operator mints the pod's credentials from the URL first; it cannot, and
-        # says why, and starts no pod.
-        reason="CredentialsUnavailable",
-        message="holds credentials",
+        refused=("spec.store must not hold credentials",),
         hidden="topsecret",
     ),
     Malformed(
         "store-url-without-a-bucket",
         {"store": "s3://?endpoint=127.0.0.1:9"},
-        reason="CredentialsUnavailable",
-        message="names no bucket",
+        refused=("spec.store names no bucket",),
     ),
 ]
 
@@ -215,6 +210,8 @@ def test_a_malformed_agentrun_is_turned_away_with_a_clear_message(
         assert created.returncode != 0, f"{bad.id} was accepted"
         for text in bad.refused:
             assert text in created.stderr, created.stderr
+        if bad.hidden:
+            assert bad.hidden not in created.stderr, "the refusal repeats a secret"
     else:
         assert created.returncode == 0, created.stderr
         turned_away = status(
@@ -230,12 +227,8 @@ def test_a_malformed_agentrun_is_turned_away_with_a_clear_message(
         )
         assert turned_away["reason"] == bad.reason, turned_away
         assert bad.message in turned_away["message"], turned_away
-        if bad.reason == "CredentialsUnavailable":
-            assert turned_away.get("phase") in (None, "Pending"), turned_away
-            assert not pods(node_env, name)
-        else:
-            assert turned_away["phase"] == "Failed", turned_away
-            assert len(pods(node_env, name)) <= 1  # not retried: it would fail the same way
+        assert turned_away["phase"] == "Failed", turned_away
+        assert len(pods(node_env, name)) <= 1  # not retried: it would fail the same way
         if bad.hidden:
             said = json.dumps(turned_away) + node_env.operator_log()
             assert bad.hidden not in said, "a secret reached the status or the operator's log"

@@ -178,6 +178,31 @@ def test_a_prompt_too_large_for_the_pods_secret_is_refused_naming_the_limit(
     plane.kubectl("create", "--dry-run=server", "-f", "-", input=at_limit)
 
 
+@pytest.mark.parametrize(
+    ("store", "message"),
+    [
+        ("ftp://runs.example.com/agents", "spec.store must be file:///path or s3://"),
+        ("s3://AKIA1:topsecret@runs/x?endpoint=m:9000", "spec.store must not hold credentials"),
+        ("s3://?endpoint=minio:9000", "spec.store names no bucket"),
+        ("s3:///prefix", "spec.store names no bucket"),
+    ],
+)
+def test_a_store_url_that_cannot_work_is_refused(
+    plane: ControlPlane, store: str, message: str
+) -> None:
+    refused = refusal(plane, model="m", prompt="hi", store=store)
+    assert message in refused
+    assert "topsecret" not in refused
+
+
+@pytest.mark.parametrize(
+    "store", ["file:///var/lib/runs", "s3://runs/prod?endpoint=minio:9000&secure=false", "runs"]
+)
+def test_store_urls_that_work_are_accepted(plane: ControlPlane, store: str) -> None:
+    text = manifest(model="m", prompt="hi", store=store)
+    plane.kubectl("create", "--dry-run=server", "-f", "-", input=text)
+
+
 def test_kubectl_explain_teaches_the_spec(plane: ControlPlane) -> None:
     spec = plane.kubectl("explain", "agentrun.spec").stdout
     assert "Give the model and exactly one of prompt or messages" in spec

@@ -118,6 +118,11 @@ def test_the_pod_is_locked_down() -> None:
         "secretName": "triage-store-credentials",
         "defaultMode": 0o440,
     }
+    # Limited even when the AgentRun says nothing: a runaway tool cannot take the node.
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi", "ephemeral-storage": "2Gi"},
+    }
     assert container["terminationMessagePath"] == "/dev/termination-log"
     assert container["command"] == ["python", "-m", "alpineagents", "run"]
     assert container["image"] == "runner:1"
@@ -342,6 +347,12 @@ def test_config_from_the_environment() -> None:
     assert not shared.per_run_credentials and shared.run_credentials_seconds == 900
     with pytest.raises(ValueError, match="sts or shared"):
         OperatorConfig.from_env({"ALPINEAGENTS_RUN_CREDENTIALS": "maybe"})
+    limits = OperatorConfig.from_env(
+        {"ALPINEAGENTS_RUN_RESOURCES": '{"limits": {"memory": "2Gi", "cpu": "1"}}'}
+    )
+    assert limits.run_resources == {"limits": {"memory": "2Gi", "cpu": "1"}}
+    with pytest.raises(ValueError, match="ALPINEAGENTS_RUN_RESOURCES must be a JSON object"):
+        OperatorConfig.from_env({"ALPINEAGENTS_RUN_RESOURCES": '{"memory": "2Gi"}'})
     with pytest.raises(ValueError, match="900 to 43200"):
         OperatorConfig.from_env({"ALPINEAGENTS_RUN_CREDENTIALS_SECONDS": "60"})
 
@@ -358,3 +369,18 @@ def test_runs_by_phase_follow_each_run() -> None:
         return float(sample or 0)
 
     assert (value("Running"), value("Succeeded")) == (0, 1)
+
+
+def test_with_encryption_the_pod_gets_the_keyring_by_reference() -> None:
+    config = replace(CONFIG, encryption_secret="keyring")
+    env = env_of(pod_manifest(agentrun(), 1, config))
+    assert env["ALPINEAGENTS_ENCRYPTION_KEYS"] == {
+        "secretKeyRef": {"name": "keyring", "key": "keys"}
+    }
+    # Listed as a secret: the runner masks the keys wherever it writes.
+    assert "ALPINEAGENTS_ENCRYPTION_KEYS" in str(env["ALPINEAGENTS_SECRET_ENV"]).split(",")
+    # Not the AgentRun's to override.
+    run = agentrun(env=[{"name": "ALPINEAGENTS_ENCRYPTION_KEYS", "value": "mine:xx"}])
+    assert env_of(pod_manifest(run, 1, config))["ALPINEAGENTS_ENCRYPTION_KEYS"] == {
+        "secretKeyRef": {"name": "keyring", "key": "keys"}
+    }

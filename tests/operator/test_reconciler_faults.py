@@ -12,11 +12,17 @@ own at its end), so nothing else acts on these runs.
   says why, and the pod starts once the claim goes through.
 - A lost pod still writing its State is fenced before its successor is created, even
   when it writes between the operator's read and its claim.
+- After a store outage, status (``abortedCalls`` above all) agrees with the history. The
+  pods here are the runner as a pod runs it, and the test writes their exit into the
+  pod's status as the kubelet would.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -27,12 +33,20 @@ import pytest
 import yaml
 
 from alpineagents import Message, Record, State, StateFencedError, Store, open_store
+from alpineagents.testing import ModelServer, reply, tool_use
 from alpineagents_operator.cluster import Cluster
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.reconciler import Reconciler
 from alpineagents_operator.views import format_time
 from tests.bench.control_plane import REPO_ROOT, ControlPlane
 from tests.bench.minio_server import S3Server
+from tests.bench.runner_process import (
+    BLOCKING,
+    RunnerProcess,
+    child_env,
+    tool_results,
+    wait_for_file,
+)
 
 JSON = dict[str, Any]
 GROUP, VERSION, PLURAL = "alpineagents.dev", "v1", "agentruns"
@@ -342,3 +356,130 @@ async def test_a_lost_pod_still_writing_is_fenced_before_its_successor_is_create
     assert saves[-1] == "fenced", saves
     history = [e.kind for e in open_store(store_url, env=root).load(state_id).history]
     assert history.count("message") == 1 + saves.count("saved")
+
+
+# ------------------------------------------------------------------------------ outage
+def kubelet_reports_exit(kube: Kube, pod: str, runner: RunnerProcess, code: int) -> None:
+    """Write the pod's status as its kubelet would once ``runner`` (its container's
+    process) has exited with ``code``: the exit code and the termination message."""
+    kube.core.patch_namespaced_pod_status(
+        pod,
+        kube.namespace,
+        {
+            "status": {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "agent",
+                        "image": "alpineagents:faults",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {
+                            "terminated": {
+                                "exitCode": code,
+                                "reason": "Completed" if code == 0 else "Error",
+                                "message": runner.message_path.read_text(),
+                            }
+                        },
+                    }
+                ],
+            }
+        },
+    )
+
+
+async def test_status_agrees_with_the_history_after_a_store_outage(
+    cluster: Kube,
+    minio: S3Server,
+    model_server: ModelServer,
+    runners: list[RunnerProcess],
+    leftover_commands: list[int],
+    tmp_path: Path,
+) -> None:
+    root = credentials(minio.access_key, minio.secret_key)
+    # The store answers quickly either way, so the outage shows within seconds.
+    url = (
+        f"s3://{minio.bucket}/{minio.unique_prefix()}?endpoint={minio.endpoint}"
+        f"&secure=false&timeout=1&retry_budget=2"
+    )
+    name = f"f-{uuid.uuid4().hex[:6]}"
+    spec = {"tools": ["shell"], "store": url, "restartPolicy": {"initialBackoffSeconds": 0}}
+    uid = cluster.create_run(name, **spec)["metadata"]["uid"]
+    state_id = f"{cluster.namespace}.{name}.{uid[:8]}"
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def pod_process(attempt: int, spec_file: Path) -> RunnerProcess:
+        """The runner as the pod of ``attempt`` runs it (the same environment)."""
+        runner = RunnerProcess(
+            ["run"],
+            workdir=work,
+            env=child_env(
+                model_server,
+                ALPINEAGENTS_SPEC_FILE=str(spec_file),
+                ALPINEAGENTS_STORE=url,
+                ALPINEAGENTS_STATE_ID=state_id,
+                ALPINEAGENTS_ATTEMPT=str(attempt),
+                **root,
+            ),
+            message_path=tmp_path / f"termination-log-{attempt}",
+        )
+        runners.append(runner)
+        return runner
+
+    # Pod 1 is killed in the middle of its tool call: the call has no result.
+    first_spec = tmp_path / "spec-1.json"
+    first_spec.write_text(json.dumps(cluster.run(name)["spec"]))
+    model_server.add(reply(tool_use("shell", {"command": BLOCKING}, id="toolu_lost")))
+    first = pod_process(1, first_spec)
+    leftover_commands.append(int(wait_for_file(work / "started")))
+    first.signal(signal.SIGKILL)
+    first.wait()
+    cluster.set_status(
+        name,
+        {
+            "phase": "Interrupted",
+            "attempt": 1,
+            "pod": f"{name}-1",
+            "restarts": 1,
+            "stateId": state_id,
+            "nextAttemptAt": format_time(datetime(2020, 1, 1, tzinfo=UTC)),
+        },
+    )
+    reconciler = reconciler_for(cluster, url, lambda u: open_store(u, env=root))
+    try:
+        minio.stop()
+        try:
+            # The store is down: pod 2 starts without the operator knowing of the open call.
+            await reconciler.reconcile(cluster.namespace, name)
+            assert cluster.pod_names(name) == [f"{name}-2"]
+            assert "abortedCalls" not in status(cluster.run(name))
+        finally:
+            minio.start()
+        secret = cluster.core.read_namespaced_secret(f"{name}-2-spec", cluster.namespace)
+        second_spec = tmp_path / "spec-2.json"
+        second_spec.write_bytes(base64.b64decode(secret.data["spec.json"]))
+        model_server.add(reply("The command may have run; I stop here."))
+        second = pod_process(2, second_spec)  # closes the call as aborted, then answers
+        assert second.wait() == 0, second.stderr
+        minio.stop()
+        try:
+            # Pod 2 answered; then the store went down again before the operator read it.
+            kubelet_reports_exit(cluster, f"{name}-2", second, 0)
+            await reconciler.reconcile(cluster.namespace, name)
+            ended = status(cluster.run(name))
+            assert ended["phase"] == "Succeeded", ended
+            assert ended["savedStateUnread"] is True
+        finally:
+            minio.start()
+        await reconciler.reconcile(cluster.namespace, name)  # the store is back
+    finally:
+        reconciler.close()
+    done = status(cluster.run(name))
+    state = open_store(url, env=root).load(state_id)
+    aborted = [e.data["call_id"] for e in tool_results(state) if e.outcome == "aborted"]
+    assert aborted == ["toolu_lost"]
+    assert done["abortedCalls"] == aborted  # status agrees with the history
+    assert done["lastSavedSeq"] == max(e.seq for e in state.history)
+    assert "savedStateUnread" not in done

@@ -182,23 +182,49 @@ def test_a_runs_credentials_are_refused_everywhere_else(minio: S3Server, minio_b
     assert admin.load(OTHER_RUN).messages[0].text == "the other team's secrets"
 
 
-@pytest.mark.slow
-def test_a_runs_credentials_are_refused_after_they_expire(
-    minio: S3Server, minio_bucket: str
+@pytest.fixture(scope="session")
+def expiring(minio: S3Server) -> tuple[str, RunCredentials]:
+    """Credentials of the shortest life STS grants (15 minutes), minted once a session.
+
+    The test that mints them runs first and the one that waits for their end runs last
+    (the ``clock`` marker, see conftest.py), so the wait overlaps the rest of the suite.
+    """
+    bucket = "expiry-" + uuid.uuid4().hex[:12]
+    admin = Minio(
+        minio.endpoint, access_key=minio.access_key, secret_key=minio.secret_key, secure=False
+    )
+    admin.make_bucket(bucket)
+    return bucket, mint_run_credentials(access_for(minio, bucket), RUN, timedelta(minutes=15))
+
+
+@pytest.mark.clock("start")
+def test_short_lived_credentials_work_until_they_expire(
+    minio: S3Server, expiring: tuple[str, RunCredentials]
 ) -> None:
-    # 15 minutes is the shortest session STS grants, so this waits that long.
-    credentials = mint_run_credentials(access_for(minio, minio_bucket), RUN, timedelta(minutes=15))
-    store = store_with(minio, minio_bucket, credentials)
+    bucket, credentials = expiring
+    assert credentials.expires_at > datetime.now(UTC) + timedelta(minutes=10)
+    store = store_with(minio, bucket, credentials)
     save_a_state(store, RUN, "before expiry")
+    assert store.load(RUN).messages[0].text == "before expiry"
+
+
+@pytest.mark.clock("end")
+def test_a_runs_credentials_are_refused_after_they_expire(
+    minio: S3Server, expiring: tuple[str, RunCredentials]
+) -> None:
+    bucket, credentials = expiring
+    store = store_with(minio, bucket, credentials)
+    if store.read(RUN) is None:  # run on its own: the first test did not save it
+        save_a_state(store, RUN, "before expiry")
     client = client_with(minio, credentials)
     key = f"runs/{RUN.replace('.', '%2E')}/info.json"
-    client.stat_object(minio_bucket, key)
+    client.stat_object(bucket, key)
     wait = (credentials.expires_at - datetime.now(UTC)).total_seconds()
     time.sleep(max(0.0, wait))  # the server's clock decides; the poll below waits for it
     deadline = time.monotonic() + 120
     while True:
         try:
-            client.stat_object(minio_bucket, key)
+            client.stat_object(bucket, key)
         except S3Error as error:
             assert int(error.response.status) in (400, 403)
             assert error.code in ("ExpiredToken", "InvalidAccessKeyId", "AccessDenied")
@@ -206,7 +232,7 @@ def test_a_runs_credentials_are_refused_after_they_expire(
         assert time.monotonic() < deadline, "credentials still accepted 2 minutes after expiry"
         time.sleep(1)
     with pytest.raises(S3Error):
-        store_with(minio, minio_bucket, credentials).load(RUN)
+        store_with(minio, bucket, credentials).load(RUN)
 
 
 # ------------------------------------------------------------------ renewal reaches the pod
@@ -384,6 +410,9 @@ async def test_the_issuer_writes_the_runs_secret_and_renews_it_when_due(
     saved = save_a_state(store_with(minio, minio_bucket, as_credentials(first)), run.state_id, "x")
     assert saved.saved_entries == 1
 
+    # The step that created the pod saw the run before it had an attempt: nothing is due.
+    before = AgentRunView.from_body({**body, "status": {}})
+    assert await issuer.renew_if_due(before, []) is None
     # Not due yet: nothing minted; due in about half the lifetime.
     wait = await issuer.renew_if_due(run, [running_pod(run)])
     assert wait is not None and 400 < wait <= 450
@@ -444,3 +473,34 @@ def as_credentials(data: dict[str, str]) -> RunCredentials:
         data["AWS_SESSION_TOKEN"],
         datetime.now(UTC) + HOUR,
     )
+
+
+async def test_the_issuer_creates_the_bucket_the_pods_credentials_cannot(
+    minio: S3Server, cluster_namespace: tuple[Any, str]
+) -> None:
+    cluster, namespace = cluster_namespace
+    bucket = f"new-{uuid.uuid4().hex[:12]}"  # a fresh install: nothing made the bucket yet
+    url = f"s3://{bucket}/runs?endpoint={minio.endpoint}&secure=false"
+    env = {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key}
+    issuer = RunCredentialIssuer(
+        OperatorConfig(store=url), cluster, env=env, open_store=lambda u: open_store(u, env)
+    )
+    body = agentrun_body(namespace, url)
+    run = AgentRunView.from_body(body)
+    try:
+        assert await issuer.before_pod(run, body) is None
+        pod_keys = as_credentials(secret_of(cluster_namespace)[0])
+        with pytest.raises(S3Error, match="AccessDenied"):
+            client_with(minio, pod_keys).make_bucket("another-one")  # the pod could not
+        store = MinioStore.connect(
+            minio.endpoint,
+            bucket,
+            "runs",
+            access_key=pod_keys.access_key,
+            secret_key=pod_keys.secret_key,
+            session_token=pod_keys.session_token,
+            secure=False,
+        )
+        assert save_a_state(store, run.state_id, "first run of a fresh install").saved_entries
+    finally:
+        minio.remove_bucket(bucket)

@@ -438,6 +438,16 @@ def test_pod_mode_reads_a_spec_too_long_for_the_environment_from_its_file(
     assert state.messages[0].text == prompt
 
 
+def test_a_store_url_holding_a_password_is_refused_without_repeating_it() -> None:
+    from alpineagents.runner import open_run_store
+
+    for url in ("s3://AKIA1:topsecret@runs/x?endpoint=127.0.0.1:1", "ftp://me:topsecret@x/y"):
+        with pytest.raises(SpecError) as refused:
+            open_run_store(url, {})
+        assert "topsecret" not in str(refused.value)
+        assert "***@" in str(refused.value)
+
+
 def test_pod_mode_with_an_unreadable_spec_file_exits_65_naming_it(
     workspace: Workspace, runners: list[RunnerProcess]
 ) -> None:

@@ -21,6 +21,8 @@ class Watched(Store):
         self.fail_when: Callable[[list[dict[str, Any]]], BaseException | None] = lambda entries: (
             None
         )
+        # Called before each write with its entries (to make a slow store, say).
+        self.before_write: Callable[[list[dict[str, Any]]], None] = lambda entries: None
         self.lock = threading.Lock()
 
     def write(
@@ -31,6 +33,7 @@ class Watched(Store):
         *,
         create: bool = False,
     ) -> None:
+        self.before_write(entries)
         failure = self.fail_when(entries)
         if failure is not None:
             raise failure

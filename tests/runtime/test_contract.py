@@ -7,6 +7,9 @@ MemoryStore, MinioStore, ...) with the real anthropic client and the scripted mo
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
+import signal
 import stat
 import sys
 import threading
@@ -19,9 +22,15 @@ import pytest
 from alpineagents import Agent, FileStore, Message, Permissions, State, Store, tool
 from alpineagents.store import Record
 from alpineagents.testing import ModelServer, error, hold, reply, tool_use
+from tests.agents import interrupt_child
+from tests.bench import forked
+from tests.bench.stores import ChildStore
 from tests.runtime.contract_tools import NO_SPACE, Watched, fail_once, has_kind
 
+STATE_ID = "nightly-report"
+
 MODEL = "claude-sonnet-5"
+WAIT = 120.0  # seconds an awaited event may take on a loaded machine: a safety net, not a measure
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +51,13 @@ def agent_for(store: Store, *tools: Any, **options: Any) -> Agent:
 
 def new_state(state_id: str = "nightly-report", text: str = "Write the nightly report") -> State:
     return State(id=state_id, messages=[Message.user(text)])
+
+
+def assert_closed_at_the_last_saved_time(loaded: State, kinds: list[str]) -> None:
+    """``load`` closed the open turn with ``kinds``, stamped with the last saved entry's time."""
+    saved, closing = loaded.history[: loaded.saved_entries], loaded.history[loaded.saved_entries :]
+    assert [e.kind for e in closing] == kinds
+    assert {e.time for e in closing} == {saved[-1].time}
 
 
 @tool
@@ -105,7 +121,7 @@ class TestWhenTheAgentSaves:
         @tool
         def long() -> str:
             """Waits until the quick result is in the store."""
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + WAIT
             while time.monotonic() < deadline:
                 record = store.read("nightly-report")
                 kinds = (
@@ -190,6 +206,40 @@ class TestIfTheProcessStops:
         assert isinstance(live.error, ValueError) and loaded.error is None
         assert loaded.outcome == "error" and loaded.text == "ValueError: disk on fire"
 
+    def test_a_state_loaded_twice_from_a_save_mid_tool_is_the_same_state(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
+        loads: list[State] = []
+
+        @tool
+        def check() -> str:
+            """Loads the State twice while this call runs (its result is not saved yet)."""
+            loads.extend([store.load("nightly-report"), store.load("nightly-report")])
+            return "checked"
+
+        model_server.add(reply(tool_use("check", id="toolu_check")), reply("Checked."))
+        agent_for(store, check).run(new_state())
+        first, second = loads
+        assert first == second
+        assert_closed_at_the_last_saved_time(first, ["tool_result"])
+
+    def test_a_state_loaded_twice_from_a_save_mid_request_is_the_same_state(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
+        model_server.add(hold(reply("Done.")))
+        state = new_state()
+        running = threading.Thread(target=agent_for(store).run, args=(state,))
+        running.start()
+        try:
+            model_server.wait_for_requests(1, timeout=WAIT)
+            first, second = store.load(state.id), store.load(state.id)
+        finally:
+            model_server.release()
+            running.join(WAIT)
+        assert first == second
+        assert_closed_at_the_last_saved_time(first, ["model_error"])
+        assert state.answer == "Done."
+
 
 # ------------------------------------------------------------------ Stop cleanly on SIGTERM
 class TestExceptionsEndTheRunTheUsualWay:
@@ -251,7 +301,7 @@ class TestExceptionsEndTheRunTheUsualWay:
         async def scenario() -> State:
             state = new_state()
             task = asyncio.create_task(agent_for(store).arun(state))
-            await asyncio.to_thread(model_server.wait_for_requests, 1)
+            await asyncio.to_thread(model_server.wait_for_requests, 1, WAIT)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -276,6 +326,158 @@ class TestExceptionsEndTheRunTheUsualWay:
         assert agent.run(state) == "Made it."
         assert [e.kind for e in state.history].count("model_error") == 0
         assert len(model_server.requests) == 4
+
+
+# ------------------------------------------------------------------ Ctrl+C at every instant
+# A real SIGINT to a real child process, paused at each instant of a run's first moments
+# (tests/agents/interrupt_child.py, forked from a server that has imported the library).
+# Later instants, at random, are in tests/runtime/test_campaign.py.
+FIRST_MOMENTS = ["run", "client", "save", "write", "written"]
+
+
+def ctrl_c_at(where: ChildStore, model_server: ModelServer, instant: str, mode: str) -> Any:
+    """Run a child to ``instant``, send it SIGINT there, and return its report."""
+    model_server.add(reply("Hello."))
+    ours, theirs = multiprocessing.Pipe()
+    env = {**model_server.env, **where.env}
+    child = forked.start(interrupt_child.main, theirs, where.url, STATE_ID, instant, mode, env=env)
+    theirs.close()
+    try:
+        assert ours.poll(WAIT), f"the child did not reach {instant!r}"
+        paused = ours.recv()
+        assert paused == ("at", instant), f"the child did not pause at {instant!r}: {paused}"
+        os.kill(child.pid or 0, signal.SIGINT)
+        ours.send("go")
+        assert ours.poll(WAIT), "the child sent no report"
+        kind, report = ours.recv()
+        assert kind == "report", report
+        child.join(WAIT)
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
+    return report
+
+
+def assert_saved_and_closed(report: Any, store: Store, where: ChildStore) -> None:
+    """The run raised KeyboardInterrupt, and its whole State is saved with nothing open."""
+    assert report["raised"] == "KeyboardInterrupt"
+    assert report["loaded"] is not None, f"nothing was saved: {report}"
+    assert report["saved"] == len(report["kinds"]), f"not all of it was saved: {report}"
+    assert report["loaded"]["same"] and report["loaded"]["closing"] == 0, report
+    assert report["kinds"][-1] == "stop" and report["stopped"] == "interrupted", report
+    if where.url != "memory":  # the child's MemoryStore died with it; the others outlive it
+        assert [e.kind for e in store.load(STATE_ID).history] == report["kinds"]
+
+
+class TestCtrlCInTheFirstMoments:
+    """Ctrl+C ends the run the usual way at every instant from the call of run/arun."""
+
+    @pytest.mark.parametrize("mode", ["run", "arun"])
+    @pytest.mark.parametrize("instant", FIRST_MOMENTS)
+    def test_ctrl_c_leaves_the_state_saved_with_its_calls_closed(
+        self,
+        store: Store,
+        child_store: ChildStore,
+        model_server: ModelServer,
+        instant: str,
+        mode: str,
+    ) -> None:
+        report = ctrl_c_at(child_store, model_server, instant, mode)
+        assert_saved_and_closed(report, store, child_store)
+
+    @pytest.mark.parametrize("mode", ["run", "arun"])
+    def test_ctrl_c_during_the_first_fsync_of_a_filestore(
+        self, tmp_path: Path, model_server: ModelServer, mode: str
+    ) -> None:
+        where = ChildStore(f"file://{tmp_path / 'runs'}", {})
+        report = ctrl_c_at(where, model_server, "fsync", mode)
+        assert_saved_and_closed(report, FileStore(tmp_path / "runs"), where)
+
+
+# ------------------------------------------------------------------ Sending while it runs
+class TestSendingWhileItRuns:
+    """``state.send`` returns once the message is saved when a run is live (README)."""
+
+    def test_send_returns_once_the_message_is_saved(
+        self, watched: Watched, model_server: ModelServer
+    ) -> None:
+        # A slow store: today a send that only schedules its save returns long before it.
+        watched.before_write = lambda entries: (
+            time.sleep(0.5) if has_kind("waiting")(entries) else None
+        )
+        state = new_state()
+        saved_when_send_returned: list[list[str]] = []
+
+        @tool
+        def work() -> str:
+            """Works; meanwhile the person sends a message."""
+            state.send("Also add the weather.")
+            saved_when_send_returned.append(watched.saved_kinds(state.id))
+            return "worked"
+
+        model_server.add(reply(tool_use("work")), reply("Done, with the weather."))
+        agent_for(watched, work).run(state)
+        assert saved_when_send_returned[0][-1] == "waiting"
+        assert state.messages[-2] == Message.user("Also add the weather.")
+
+    def test_asend_returns_once_the_message_is_saved(
+        self, watched: Watched, model_server: ModelServer
+    ) -> None:
+        watched.before_write = lambda entries: (
+            time.sleep(0.5) if has_kind("waiting")(entries) else None
+        )
+        state = new_state()
+        saved_when_send_returned: list[list[str]] = []
+
+        @tool
+        async def work() -> str:
+            """Works; meanwhile the person sends a message."""
+            await state.asend("Also add the weather.")
+            saved_when_send_returned.append(watched.saved_kinds(state.id))
+            return "worked"
+
+        model_server.add(reply(tool_use("work")), reply("Done, with the weather."))
+        asyncio.run(agent_for(watched, work).arun(state))
+        assert saved_when_send_returned[0][-1] == "waiting"
+
+    def test_send_on_the_runs_own_event_loop_says_to_use_asend(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
+        state = new_state()
+
+        @tool
+        async def work() -> str:
+            """Calls the blocking send from async code."""
+            state.send("Also this")
+            return "unreachable"
+
+        model_server.add(reply(tool_use("work")), reply("It failed."))
+        agent_for(store, work).run(state)
+        result = next(e for e in state.history if e.kind == "tool_result")
+        assert result.outcome == "error" and "await state.asend(" in result.text
+        assert state.waiting == [] and "Also this" not in str(store.read(state.id))
+
+    def test_a_send_whose_save_fails_raises_it_and_the_next_save_writes_the_message(
+        self, watched: Watched, model_server: ModelServer
+    ) -> None:
+        watched.fail_when = fail_once(NO_SPACE, has_kind("waiting"))
+        state = new_state()
+        raised: list[BaseException] = []
+
+        @tool
+        def work() -> str:
+            """Sends a message the store fails to save."""
+            try:
+                state.send("Also add the weather.")
+            except OSError as error:
+                raised.append(error)
+            return "worked"
+
+        model_server.add(reply(tool_use("work")), reply("Done."))
+        agent_for(watched, work).run(state)
+        assert raised == [NO_SPACE]
+        assert Message.user("Also add the weather.") in watched.load(state.id).messages
 
 
 # ------------------------------------------------------------------ If saving fails
@@ -337,7 +539,7 @@ class TestIfSavingFails:
         @tool
         def second() -> str:
             """Returns after first."""
-            first_done.wait(10)
+            first_done.wait(WAIT)
             ran.append("second")
             return "two"
 

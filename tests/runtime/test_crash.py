@@ -20,6 +20,7 @@ from alpineagents.state import MODEL_STOPPED, UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, hold, reply, tool_use
 
 REPO = Path(__file__).resolve().parents[2]
+WAIT = 120.0  # seconds an awaited event may take on a loaded machine: a safety net, not a measure
 
 
 class Child:
@@ -51,7 +52,7 @@ class Child:
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
-        assert self.process.wait(10) == -signal.SIGKILL
+        assert self.process.wait(WAIT) == -signal.SIGKILL
 
 
 @pytest.fixture
@@ -172,6 +173,17 @@ def test_killed_while_a_message_is_waiting(run_folder: Path, model_server: Model
     last = model_server.requests[-1].body["messages"][-1]["content"]
     assert [b["type"] for b in last] == ["tool_result", "text"]
     assert last[1]["text"] == "Also: add the weather."
+
+
+def test_killed_right_after_send_returned(run_folder: Path, model_server: ModelServer) -> None:
+    model_server.add(reply(tool_use("slow", id="toolu_slow")))
+    child = Child(run_folder, "send", model_server)  # its store takes 0.5 s to save
+    child.wait_for("sent")
+    child.kill()
+
+    state = FileStore(run_folder).load("nightly-report")
+    assert state.messages[-1] == Message.user("Also: add the weather.")
+    assert [e.kind for e in state.history[-2:]] == ["tool_result", "joined"]
 
 
 def test_a_waiting_message_joins_after_the_results_in_a_live_run(

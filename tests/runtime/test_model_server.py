@@ -41,6 +41,8 @@ try:  # the transport the installed SDK is built on (httpx2 in anthropic 2.x)
 except ImportError:  # pragma: no cover - older SDKs
     import httpx as _transport  # type: ignore[no-redef]
 
+WAIT = 120.0  # seconds a child or a held answer may take on a loaded machine: a safety net
+
 pytestmark = pytest.mark.bench_infra
 
 MODEL = "claude-scripted"
@@ -391,7 +393,7 @@ def test_hold_blocks_until_released(
         assert held.body["messages"] == HELLO
         assert not pending.done(), "a held request must not be answered"
         assert model_server.release() == 1
-        assert pending.result(timeout=30).content[0].text == "released answer"  # type: ignore[union-attr]
+        assert pending.result(timeout=WAIT).content[0].text == "released answer"  # type: ignore[union-attr]
 
     assert ask(model_client).content[0].text == "next"  # type: ignore[union-attr]
     assert model_server.release() == 0
@@ -411,7 +413,7 @@ def test_hold_streamed_then_an_error(
         model_server.wait_for_requests(1)
         model_server.release()
         with pytest.raises(anthropic.OverloadedError):
-            pending.result(timeout=30)
+            pending.result(timeout=WAIT)
 
 
 def test_stop_ends_held_requests() -> None:
@@ -422,7 +424,7 @@ def test_stop_ends_held_requests() -> None:
             server.wait_for_requests(1)
             server.stop()
             with pytest.raises(anthropic.APIConnectionError):
-                pending.result(timeout=30)
+                pending.result(timeout=WAIT)
     finally:
         server.stop()
 
@@ -625,7 +627,7 @@ def test_cli_serves_a_script_and_stops_on_sigterm(serve_process: Any, tmp_path: 
         assert ask(client).content[0].text == "from the file"  # type: ignore[union-attr]
         assert ask(client).content[0].input == {"p": 1}  # type: ignore[union-attr]
     process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=30)
+    _, stderr = process.communicate(timeout=WAIT)
     assert process.returncode == 0
     assert "model request #2" in stderr
 
@@ -645,10 +647,10 @@ def test_cli_echo_and_sigusr1_releases_holds(serve_process: Any, tmp_path: Path)
         assert "held" in read_line(process.stderr)
         assert not pending.done()
         process.send_signal(signal.SIGUSR1)
-        assert pending.result(timeout=30).content[0].text == "released by signal"  # type: ignore[union-attr]
+        assert pending.result(timeout=WAIT).content[0].text == "released by signal"  # type: ignore[union-attr]
         assert ask(client).content[0].text == "Echo: Hello"  # type: ignore[union-attr]
     process.send_signal(signal.SIGINT)
-    process.communicate(timeout=30)
+    process.communicate(timeout=WAIT)
     assert process.returncode == 0
 
 
@@ -683,7 +685,7 @@ def read_line(stream: Any, timeout: float = 60) -> str:
 
 def raw_post(server: ModelServer, path: str, body: object) -> tuple[int, dict[str, str], str]:
     host, port = server.url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    connection = http.client.HTTPConnection(host, int(port), timeout=WAIT)
     try:
         connection.request("POST", path, json.dumps(body), {"content-type": "application/json"})
         response = connection.getresponse()

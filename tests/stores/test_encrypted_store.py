@@ -20,7 +20,7 @@ from alpineagents import Agent, FileStore, Message, State, Store, tool
 from alpineagents.store import Record
 from alpineagents.store.encrypted import DecryptionError, EncryptedStore, Keyring
 from alpineagents.store.url import open_store
-from alpineagents.testing import ModelServer, reply, tool_use
+from alpineagents.testing import MemoryStore, ModelServer, reply, tool_use
 from tests.bench.stores import TEST_KEYRING_TEXT, S3Place
 
 MODEL = "claude-sonnet-5"
@@ -109,7 +109,9 @@ def test_the_files_of_an_encrypted_filestore_hold_no_plaintext(
     raw = raw_file_bytes(sealed_folder)
     assert_no_plaintext(raw)
     # The list fields stay readable without the key; the history reads back whole with it.
-    info = json.loads((sealed_folder / "payroll" / "info.json").read_text())
+    record = FileStore(sealed_folder).read("payroll")  # what the store holds, unopened
+    assert record is not None
+    info = record.info
     assert info["stopped"] == "answered" and info["entries"] == len(live.history)
     assert set(info) == {"v", "updated_at", "stopped", "parent_id", "entries", "turns", "usage"} | {
         "sealed"
@@ -157,10 +159,10 @@ def test_keys_rotate_old_ones_read_the_newest_writes(tmp_path: Path) -> None:
     loaded.send("written with k2")
     rotated.save(loaded)
 
-    lines = (tmp_path / "rotating" / "history.jsonl").read_text().splitlines()
-    assert [json.loads(line)["sealed"]["key"] for line in lines] == ["k1", "k2"]
-    info = json.loads((tmp_path / "rotating" / "info.json").read_text())
-    assert info["sealed"]["key"] == "k2"
+    held = FileStore(tmp_path).read("rotating")  # what the store holds, unopened
+    assert held is not None
+    assert [entry["sealed"]["key"] for entry in held.entries] == ["k1", "k2"]
+    assert held.info["sealed"]["key"] == "k2"
     assert [m.text for m in rotated.load("rotating").messages] == [
         "written with k1",
         "written with k2",
@@ -177,33 +179,35 @@ def test_a_different_key_under_the_same_id_does_not_decrypt(tmp_path: Path) -> N
         EncryptedStore(FileStore(tmp_path), impostor).load("s")
 
 
-def test_changed_or_moved_ciphertext_is_refused(tmp_path: Path) -> None:
-    store = EncryptedStore(FileStore(tmp_path), keyring("k1"))
-    state = State("victim", messages=[Message.user("first"), Message.user("second")])
-    store.save(state)
+def test_changed_or_moved_ciphertext_is_refused() -> None:
+    inner = MemoryStore()
+    store = EncryptedStore(inner, keyring("k1"))
+    store.save(State("victim", messages=[Message.user("first"), Message.user("second")]))
     store.save(State("other", messages=[Message.user("from another State")]))
-    history = tmp_path / "victim" / "history.jsonl"
-    first, second = (json.loads(line) for line in history.read_text().splitlines())
+    first, second = inner.records["victim"].entries
+    info = inner.records["victim"].info
+
+    def holds(*entries: dict[str, Any]) -> None:
+        inner.records["victim"] = Record(list(entries), info)
 
     # Two entries swapped: each is bound to its seq.
-    swapped = [{**first, "sealed": second["sealed"]}, {**second, "sealed": first["sealed"]}]
-    history.write_text("".join(json.dumps(e) + "\n" for e in swapped))
+    holds({**first, "sealed": second["sealed"]}, {**second, "sealed": first["sealed"]})
     with pytest.raises(DecryptionError, match="entry 0"):
         store.load("victim")
 
     # An entry of another State: bound to its State id.
-    other = json.loads((tmp_path / "other" / "history.jsonl").read_text())
-    history.write_text(json.dumps(other) + "\n" + json.dumps(second) + "\n")
+    holds(inner.records["other"].entries[0], second)
     with pytest.raises(DecryptionError, match="victim"):
         store.load("victim")
 
     # One bit flipped in the ciphertext.
     data = bytearray(base64.b64decode(first["sealed"]["data"]))
     data[0] ^= 1
-    flipped = {**first, "sealed": {**first["sealed"], "data": base64.b64encode(data).decode()}}
-    history.write_text(json.dumps(flipped) + "\n" + json.dumps(second) + "\n")
+    holds({**first, "sealed": {**first["sealed"], "data": base64.b64encode(data).decode()}}, second)
     with pytest.raises(DecryptionError, match="does not decrypt"):
         store.load("victim")
+    holds(first, second)
+    assert [m.text for m in store.load("victim").messages] == ["first", "second"]
 
 
 def test_plaintext_entries_are_refused_unless_asked_for(tmp_path: Path) -> None:
@@ -214,8 +218,9 @@ def test_plaintext_entries_are_refused_unless_asked_for(tmp_path: Path) -> None:
     state = store.load("before")
     state.send("saved sealed")
     store.save(state)
-    lines = (tmp_path / "before" / "history.jsonl").read_text().splitlines()
-    assert "saved in the clear" in lines[0] and "sealed" in json.loads(lines[1])
+    held = FileStore(tmp_path).read("before")
+    assert held is not None
+    assert "saved in the clear" in json.dumps(held.entries[0]) and "sealed" in held.entries[1]
     assert [m.text for m in store.load("before").messages] == ["saved in the clear", "saved sealed"]
 
 

@@ -48,9 +48,7 @@ def test_each_save_appends_only_the_new_entries(tmp_path: Path) -> None:
     assert entry_lines(history) == 2
 
 
-@pytest.mark.parametrize(
-    "state_id", ["../escape", "..", ".", "a/b", "/etc/passwd", "nul\x00byte", "ünï cödé"]
-)
+@pytest.mark.parametrize("state_id", ["../escape", "..", ".", "a/b", "/etc/passwd", "ünï cödé"])
 def test_ids_cannot_escape_the_folder(tmp_path: Path, state_id: str) -> None:
     folder = tmp_path / "runs"
     store = FileStore(folder)

@@ -129,8 +129,17 @@ MinIO Secret and the store Secrets must hold the same value.
 {{- end -}}
 {{- end -}}
 
-{{/* The store URL the operator and its pods use. */}}
+{{/* The store URL the operator and its pods use; with encryption, it says so. */}}
 {{- define "alpineagents.storeUrl" -}}
+{{- $url := include "alpineagents.plainStoreUrl" . -}}
+{{- if .Values.encryption.enabled -}}
+{{- printf "%s%sencrypted=true" $url (ternary "&" "?" (contains "?" $url)) -}}
+{{- else -}}
+{{- $url -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "alpineagents.plainStoreUrl" -}}
 {{- if .Values.store.url -}}
 {{- if not (regexMatch "^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^?[:space:]]*)?([?][^[:space:]]*)?$" .Values.store.url) -}}
 {{- fail (printf "store.url %q is not of the form s3://BUCKET/PREFIX?endpoint=HOST:PORT&secure=true|false (BUCKET: 3-63 lowercase letters, digits, '.' or '-'; only s3:// works in a cluster, since a file store cannot be shared by the pods of one run)" .Values.store.url) -}}
@@ -200,6 +209,20 @@ true
 
 {{/* ------------------------------------------------------------------ security */}}
 
+{{/* The labels the operator puts on every agent pod (alpineagents_operator.pods.run_labels). */}}
+{{- define "alpineagents.runPodLabels" -}}
+app.kubernetes.io/name: alpineagents
+app.kubernetes.io/component: agent-run
+app.kubernetes.io/managed-by: alpineagents-operator
+{{- end -}}
+
+{{/* NetworkPolicy peers: public addresses only (no private, shared, link-local or metadata ranges). */}}
+{{- define "alpineagents.publicAddresses" -}}
+- ipBlock:
+    cidr: 0.0.0.0/0
+    except: [10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16]
+{{- end -}}
+
 {{- define "alpineagents.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 65532
@@ -241,16 +264,16 @@ seccompProfile:
 {{- define "alpineagents.rbac.rules" -}}
 - apiGroups: ["alpineagents.dev"]
   resources: ["agentruns"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["alpineagents.dev"]
   resources: ["agentruns/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["patch"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["list", "watch", "create", "delete"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 # Each pod's spec and (runCredentials=sts) each run's short-lived store credentials, in
 # Secrets the run owns: written, never read (no get/list/watch: the operator cannot read
 # any Secret), never deleted (they go with their AgentRun).
@@ -276,6 +299,9 @@ Types, ranges and formats of single values are in values.schema.json.
 {{- end -}}
 {{- if and .Values.anthropic.existingSecret .Values.anthropic.apiKey -}}
 {{- fail "give either anthropic.existingSecret (a Secret you made) or anthropic.apiKey (the chart makes the Secret), not both" -}}
+{{- end -}}
+{{- if and .Values.encryption.enabled (not .Values.encryption.existingSecret) -}}
+{{- fail "encryption.enabled needs encryption.existingSecret: a Secret with the keyring (make a key with: python -m alpineagents.store.encrypted new-key k1)" -}}
 {{- end -}}
 {{- if and .Values.store.existingSecret (or .Values.store.accessKeyId .Values.store.secretAccessKey) -}}
 {{- fail "give either store.existingSecret (a Secret you made) or store.accessKeyId + store.secretAccessKey (the chart makes the Secret), not both" -}}

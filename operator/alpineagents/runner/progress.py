@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
+from ..redaction import Redactor
 from ..state import Entry
 from ..store.base import Record, StateInfo, Store
 
@@ -149,12 +150,16 @@ class LoggedStore(Store):
     """The runner's view of its store: the same store, logging each entry it saves.
 
     It also remembers the last error the store raised, so the runner can tell a store
-    that went away (retryable) from the run's own errors.
+    that went away (retryable) from the run's own errors, and masks the pod's secrets in
+    what it saves (a tool that printed a token, a model error that echoed the key).
     """
 
-    def __init__(self, inner: Store, log: ProgressLog | None) -> None:
+    def __init__(
+        self, inner: Store, log: ProgressLog | None, redactor: Redactor | None = None
+    ) -> None:
         self.inner = inner
         self.log = log
+        self.redactor = redactor or Redactor(())
         self.failure: BaseException | None = None
         self._logged: dict[str, int] = {}
 
@@ -167,7 +172,9 @@ class LoggedStore(Store):
         create: bool = False,
     ) -> None:
         with self._noting_failure():
-            self.inner.write(state_id, entries, info, create=create)
+            self.inner.write(
+                state_id, self.redactor.data(entries), self.redactor.data(info), create=create
+            )
         done = self._logged.get(state_id, 0)
         new = [e for e in entries if int(e["seq"]) >= done]  # a retried save resends entries
         if new:

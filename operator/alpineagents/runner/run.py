@@ -31,6 +31,7 @@ from ..pod_contract import (
     termination_message_json,
     write_termination_message,
 )
+from ..redaction import Redactor
 from ..state import State, error_text
 from ..store.base import Store
 from ..store.url import open_store, redact
@@ -152,7 +153,8 @@ def run_agent_run(
     """
     restore = install_sigterm_handler()
     env = os.environ if environ is None else environ
-    run = _Run(env, log)
+    redactor = Redactor.from_environment(env)
+    run = _Run(env, log, redactor)
     try:
         result = run.execute(manifest, store_url, state_id, workdir)
     except SystemExit as stop:
@@ -162,6 +164,8 @@ def run_agent_run(
         result = run.result(ExitCode.INTERRUPTED, "stopped", "stopped: KeyboardInterrupt")
     finally:
         builtin_tools.stop_commands()
+    # The report goes to the AgentRun's status and Events: no secret of the pod in it.
+    result = RunResult(result.exit_code, redactor.data(result.message), result.state)
     with contextlib.suppress(SystemExit, KeyboardInterrupt):
         where = write_termination_message(result.message, env)
         if run.log is not None:
@@ -173,9 +177,12 @@ def run_agent_run(
 class _Run:
     """One run's steps and what they found so far, for the termination message."""
 
-    def __init__(self, environ: Mapping[str, str], log: ProgressLog | None) -> None:
+    def __init__(
+        self, environ: Mapping[str, str], log: ProgressLog | None, redactor: Redactor
+    ) -> None:
         self.environ = environ
         self.log = log
+        self.redactor = redactor
         self.state_id: str | None = None
         self.state: State | None = None
         self.store: LoggedStore | None = None
@@ -192,7 +199,9 @@ class _Run:
             plan = self._plan(manifest, state_id)
             for warning in plan.warnings:
                 self._note("warning", warning)
-            self.store = LoggedStore(open_run_store(store_url, self.environ), self.log)
+            self.store = LoggedStore(
+                open_run_store(store_url, self.environ), self.log, self.redactor
+            )
             agent = build_agent(plan, workdir=workdir, environ=self.environ)
         except SpecError as error:
             return self.result(ExitCode.NOT_RETRYABLE, "failed", str(error))

@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..errors import StateExistsError, StateNotFoundError
-from ..state import Record, State
+from ..state import Record, State, check_id
 
 __all__ = ["Record", "StateInfo", "Store", "check_owner", "encode_id"]
 
 T = TypeVar("T")
+_MAX_NAME = 255  # bytes of a file name on the usual filesystems
 
 
 @dataclass(frozen=True)
@@ -137,10 +138,10 @@ class Store:
         unknown id, :class:`~alpineagents.errors.StateFormatError` (a ``ValueError``) for
         a format this version cannot read.
         """
-        return self._loaded(state_id, self.read(state_id))
+        return self._loaded(state_id, self.read(check_id(state_id)))
 
     async def aload(self, state_id: str) -> State:
-        return self._loaded(state_id, await self.aread(state_id))
+        return self._loaded(state_id, await self.aread(check_id(state_id)))
 
     def save(self, state: State) -> None:
         """Write what the store does not have of ``state`` yet; nothing if nothing changed."""
@@ -222,13 +223,14 @@ def check_owner(store: Store | None, state: State) -> None:
 
 def encode_id(state_id: str) -> str:
     """A file or key name for ``state_id`` that cannot escape its folder (no ``/``,
-    ``..`` or NUL): percent-encoding, with dots encoded too."""
-    if not state_id:
-        raise ValueError("a State id must not be empty")
-    name = quote(state_id, safe="-_").replace(".", "%2E")
-    if len(name.encode()) > 255:
+    ``..`` or NUL): percent-encoding, with dots encoded too. Refuses what
+    :func:`~alpineagents.state.check_id` refuses, and a name over 255 bytes (a file
+    name's limit)."""
+    name = quote(check_id(state_id), safe="-_").replace(".", "%2E")
+    if len(name.encode()) > _MAX_NAME:
         raise ValueError(
-            f"State id {state_id[:40]!r}... is too long for a FileStore (255 bytes encoded)"
+            f"State id {state_id[:40]!r}... is too long for a store: its encoded name takes "
+            f"{len(name.encode())} bytes, and file and key names take at most {_MAX_NAME}"
         )
     return name
 

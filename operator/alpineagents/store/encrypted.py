@@ -46,6 +46,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import StateFormatError
+from ..pod_contract import ENV_ENCRYPTION_KEYS
 from ..state import SEALED, Record
 from .base import StateInfo, Store
 
@@ -57,7 +58,7 @@ __all__ = [
     "Keyring",
 ]
 
-KEYS_ENV = "ALPINEAGENTS_ENCRYPTION_KEYS"
+KEYS_ENV = ENV_ENCRYPTION_KEYS
 """The environment variable holding the keyring (``KEYS_ENV + "_FILE"``: a file holding it)."""
 
 READABLE_INFO = frozenset({"v", "updated_at", "stopped", "parent_id", "entries", "turns", "usage"})
@@ -199,11 +200,12 @@ class EncryptedStore(Store):
     """``store`` with every entry and the conversation's info fields sealed by ``keyring``.
 
     See the module docstring for what stays readable. ``read_plaintext=True`` also reads
-    entries saved without encryption (new writes are sealed all the same). ``claim`` is
-    there when the wrapped store has it (MinioStore's fencing).
+    entries saved without encryption (new writes are sealed all the same). ``claim`` and
+    ``ensure_bucket`` are there when the wrapped store has them (MinioStore).
     """
 
     claim: Callable[[str], int]
+    ensure_bucket: Callable[[], None]
 
     def __init__(self, store: Store, keyring: Keyring, *, read_plaintext: bool = False) -> None:
         if isinstance(store, EncryptedStore):
@@ -211,9 +213,14 @@ class EncryptedStore(Store):
         self.inner = store
         self.keyring = keyring
         self.read_plaintext = read_plaintext
+        # What the wrapped store offers beyond the Store interface (MinioStore's fencing
+        # and bucket setup) passes straight through: neither touches a conversation.
         claim = getattr(store, "claim", None)
         if callable(claim):
             self.claim = claim
+        ensure_bucket = getattr(store, "ensure_bucket", None)
+        if callable(ensure_bucket):
+            self.ensure_bucket = ensure_bucket
 
     def __repr__(self) -> str:
         return f"EncryptedStore({self.inner!r})"

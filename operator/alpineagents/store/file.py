@@ -45,6 +45,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from .. import collection
+from ..errors import StateFormatError
 from . import jsonl
 from .base import Record, StateInfo, Store, encode_id, exists_error, not_found_error
 
@@ -113,16 +114,26 @@ class FileStore(Store):
         path = self._path(state_id)
         try:
             raw = (path / _HISTORY).read_bytes()
-            base = json.loads((path / _INFO).read_bytes())
+            raw_info = (path / _INFO).read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             return None
-        end = raw.rfind(b"\n") + 1  # the rest is a torn write
-        mark = max(0, _last_mark(raw, 0, end))
-        lines = [line for line in raw[:end].split(b"\n") if line.strip()]
-        with collection.paused():
-            parsed = json.loads(b"[" + b",".join(lines) + b"]") if lines else []
-        entries = [item for item in parsed if "seq" in item]
-        after = [json.loads(line) for line in _lines(raw[mark:end])] if mark < end else []
+        damaged = f"State {state_id!r} in {self!r} is damaged"
+        try:
+            base = json.loads(raw_info)
+        except ValueError:
+            base = None
+        if not isinstance(base, dict):
+            raise StateFormatError(f"{damaged}: {path / _INFO} is not a JSON object")
+        try:
+            end = raw.rfind(b"\n") + 1  # the rest is a torn write
+            mark = max(0, _last_mark(raw, 0, end))
+            lines = [line for line in raw[:end].split(b"\n") if line.strip()]
+            with collection.paused():
+                parsed = json.loads(b"[" + b",".join(lines) + b"]") if lines else []
+            entries = [item for item in parsed if "seq" in item]
+            after = [json.loads(line) for line in _lines(raw[mark:end])] if mark < end else []
+        except (ValueError, TypeError):
+            raise StateFormatError(f"{damaged}: {_bad_line(raw[:end], path / _HISTORY)}") from None
         return Record(entries, _apply(base, after))
 
     def read_since(self, state_id: str, seq: int) -> Record | None:
@@ -158,9 +169,9 @@ class FileStore(Store):
                     continue
                 try:
                     info = self._info_of(child)
-                except (FileNotFoundError, NotADirectoryError, ValueError):
-                    continue
-                infos.append(StateInfo.from_info(unquote(child.name), info))
+                    infos.append(StateInfo.from_info(unquote(child.name), info))
+                except (OSError, ValueError, TypeError, AttributeError):
+                    continue  # not a State, or a damaged one: it does not hide the others
         oldest = datetime.min.replace(tzinfo=UTC)
         return sorted(infos, key=lambda i: i.updated_at or oldest, reverse=True)
 
@@ -333,6 +344,21 @@ def _last_seq(raw: bytes) -> int:
         if line.startswith(b'{"seq":'):
             return jsonl.seq_of(line) + 1
     return -1
+
+
+def _bad_line(raw: bytes, where: Path) -> str:
+    """What is wrong with the first line of ``raw`` that is not a JSON object (the slow
+    path, taken only when the whole history did not parse)."""
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            parsed = json.loads(line)
+        except ValueError as error:
+            return f"line {number} of {where} is not a JSON entry ({type(error).__name__}: {error})"
+        if not isinstance(parsed, dict):
+            return f"line {number} of {where} is not a JSON entry (a {type(parsed).__name__})"
+    return f"{where} is not JSON lines"
 
 
 def _lines(raw: bytes) -> builtins.list[bytes]:

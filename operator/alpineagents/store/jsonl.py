@@ -32,9 +32,22 @@ def complete_lines(raw: bytes) -> list[bytes]:
     return [line for line in raw.split(b"\n")[:-1] if line.strip()]
 
 
-def decode(raw: bytes) -> list[dict[str, Any]]:
-    """The entries of the complete lines of ``raw``."""
-    return [json.loads(line) for line in complete_lines(raw)]
+def decode(raw: bytes, where: str = "the history") -> list[dict[str, Any]]:
+    """The entries of the complete lines of ``raw``; ``ValueError`` naming the line (of
+    ``where``) that is not a JSON entry."""
+    entries = []
+    for number, line in enumerate(raw.split(b"\n")[:-1], 1):
+        if line.strip():
+            try:
+                entry = json.loads(line)
+                int(entry["seq"])
+            except (ValueError, TypeError, KeyError) as error:
+                raise ValueError(
+                    f"line {number} of {where} is not a JSON entry ({type(error).__name__}: "
+                    f"{error})"
+                ) from None
+            entries.append(entry)
+    return entries
 
 
 def seq_of(line: bytes) -> int:

@@ -75,7 +75,7 @@ TRICKY_IDS = [
     "/absolute",
     "ünïcode-日本語-✓",
     "per%2Fcent",
-    "space and\ttab",
+    "space and tab",
     "a" * 200,
 ]
 

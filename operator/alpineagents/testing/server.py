@@ -189,8 +189,10 @@ class ModelServer:
     def wait_for_requests(self, n: int, timeout: float = 120.0) -> list[RecordedRequest]:
         """Block until at least ``n`` model requests arrived; return them all.
 
-        Raises ``TimeoutError`` if they have not arrived within ``timeout`` seconds.
-        A held request counts as soon as it arrives."""
+        Raises ``TimeoutError`` if they have not arrived within ``timeout`` seconds. The
+        default is generous on purpose: a child process that makes the request may need
+        many seconds just to start on a busy machine. A held request counts as soon as it
+        arrives."""
         with self._arrived:
             if not self._arrived.wait_for(lambda: len(self._requests) >= n, timeout):
                 raise TimeoutError(

@@ -141,6 +141,7 @@ from ... import collection
 from ...errors import (
     MissingBucketError,
     StateFencedError,
+    StateFormatError,
     StateNotFoundError,
     StoreUnavailableError,
 )
@@ -382,16 +383,25 @@ class MinioStore(Store):
             committed = int(doc["committed"])
             listed = self._list_segments(folder, str(doc["incarnation"]), deadline)
             live = live_segments(listed, committed, int(doc["epoch"]))
+            damaged = f"State {state_id!r} in {self!r} is damaged"
             try:
                 self._fetch(live, fetched, deadline)
             except _Vanished:
                 continue  # a merge replaced a segment between our listing and our GET
+            except ValueError as error:
+                raise StateFormatError(f"{damaged}: {error}") from None
             entries = pick_entries(((s, fetched[s.key]) for s in live), committed)
-            if len(entries) == committed or attempt == _READ_ATTEMPTS - 1:
+            if len(entries) == committed:
                 self._remember_read(state_id, doc, etag)
                 with collection.paused():
-                    parsed = [json.loads(line) for _, line in entries]
+                    parsed = _entries(entries, damaged)
                 return Record(parsed, dict(doc["info"]))
+            if attempt == _READ_ATTEMPTS - 1:  # listed afresh each time: not a merge race
+                missing = sorted(set(range(committed)) - {seq for seq, _ in entries})
+                raise StateFormatError(
+                    f"{damaged}: {committed} entries are committed, but its segments lack "
+                    f"{len(missing)} of them (seqs {missing[:5]}...)"
+                )
         raise StoreUnavailableError(
             f"State {state_id!r} in {self!r} kept changing while it was read; try again"
         )
@@ -476,6 +486,15 @@ class MinioStore(Store):
                 keep = f"{folder}h-{again[0]['incarnation']}/"
                 keys = [k for k in keys if not k.startswith(keep) and k != folder + _INFO]
             self._remove(keys, deadline)
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket if it is missing (and ``create_bucket`` allows it).
+
+        Every operation does this on its own first use; call it where the credentials may
+        (an operator with the store's key) before handing the store to those that may not
+        (run pods with per-run credentials cannot create or even look at the bucket).
+        """
+        self._ensure_bucket(self._deadline())
 
     # ------------------------------------------------------------ fencing
     def claim(self, state_id: str) -> int:
@@ -963,6 +982,16 @@ class MinioStore(Store):
 
     def _folder(self, state_id: str) -> str:
         return f"{self.prefix}{encode_id(state_id)}/"
+
+
+def _entries(lines: Lines, damaged: str) -> builtins.list[dict[str, Any]]:
+    entries = []
+    for seq, line in lines:
+        try:
+            entries.append(json.loads(line))
+        except ValueError as error:
+            raise StateFormatError(f"{damaged}: entry {seq} is not JSON ({error})") from None
+    return entries
 
 
 class _Vanished(Exception):

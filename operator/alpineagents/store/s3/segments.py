@@ -81,12 +81,17 @@ def new_entries(state_id: str, entries: list[dict[str, Any]], have: int) -> list
 
 
 def parse_lines(segment: Segment, body: bytes) -> Lines:
-    """The (seq, line) pairs of a segment's body; a seq outside its range is damage."""
+    """The (seq, line) pairs of a segment's body; ``ValueError`` for a damaged one."""
+    if body and not body.endswith(b"\n"):  # segments are written whole, line by line
+        raise ValueError(f"segment {segment.key} is not JSON lines: it ends mid-line (cut short)")
     lines: Lines = []
     for line in jsonl.complete_lines(body):
         # The seq is read without parsing the entry (a load parses each entry once, a
         # merge never).
-        seq = jsonl.seq_of(line)
+        try:
+            seq = jsonl.seq_of(line)
+        except (ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"segment {segment.key} is not JSON lines ({error})") from None
         if not segment.first <= seq <= segment.last:
             raise ValueError(f"segment {segment.key} holds seq {seq}: damaged")
         lines.append((seq, line))
