@@ -215,7 +215,7 @@ def test_disk_full_under_a_filestore(
     small_filesystem.fill(leave=0)
     model_server.release()
     failing.join(WAIT)
-    assert held[-1] == "a failing run raises its own error, noting the failed save"
+    assert held[-1].startswith("a failing run raises its own error"), held[-1]
     small_filesystem.free()
     model_server.add(reply("Report written, with a summary."))
     assert agent.run(state) == "Report written, with a summary."
@@ -236,10 +236,12 @@ def _run_expecting_bad_request(agent: Agent, state: State, held: list[str]) -> N
     try:
         agent.run(state)
     except anthropic.BadRequestError as raised:
-        if raised.__notes__ == [
-            "saving the state also failed: OSError: [Errno 28] No space left on device"
-        ]:
+        notes = getattr(raised, "__notes__", [])
+        if notes == ["saving the state also failed: OSError: [Errno 28] No space left on device"]:
             held.append("a failing run raises its own error, noting the failed save")
+        elif not notes and state.saved_entries == len(state.history):
+            # A save is one small append: it can still fit in the file's last block.
+            held.append("a failing run raises its own error (its closing append still fit)")
 
 
 # ------------------------------------------------------------------ bad input
