@@ -35,3 +35,12 @@ def e2e(request: pytest.FixtureRequest, helm: Helm) -> Iterator[Environment]:
         node.kubeconfig, helm, node.chart_values(), node.plane.kubectl_path, node
     ) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def node_env(e2e: Environment) -> Environment:
+    """The e2e environment, for tests that need the bench's own real node (its tool gate,
+    its kubelet, its host): they do not run against a cluster of your own."""
+    if e2e.real_node is None:
+        pytest.skip("needs the bench's real node (ALPINEAGENTS_E2E_KUBECONFIG is set)")
+    return e2e

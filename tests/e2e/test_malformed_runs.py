@@ -152,13 +152,6 @@ def gated(gate: ToolGate, step: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def node_env(e2e: Environment) -> Environment:
-    if e2e.real_node is None:
-        pytest.skip("needs the bench's real node (ALPINEAGENTS_E2E_KUBECONFIG is set)")
-    return e2e
-
-
-@pytest.fixture(scope="module")
 def gate(node_env: Environment, tool_gate: ToolGate) -> ToolGate:
     return tool_gate
 

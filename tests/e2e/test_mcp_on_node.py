@@ -24,13 +24,6 @@ from tests.e2e.environment import JSON, Environment, apply_run, in_phase, status
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def node_env(e2e: Environment) -> Environment:
-    if e2e.real_node is None:
-        pytest.skip("needs the bench's real node (ALPINEAGENTS_E2E_KUBECONFIG is set)")
-    return e2e
-
-
 def run_name() -> str:
     return f"m-{uuid.uuid4().hex[:6]}"
 

@@ -23,13 +23,6 @@ OPERATOR_PODS = "app.kubernetes.io/component=operator"
 
 
 @pytest.fixture
-def node_env(e2e: Environment) -> Environment:
-    if e2e.real_node is None:
-        pytest.skip("needs the bench's real node (ALPINEAGENTS_E2E_KUBECONFIG is set)")
-    return e2e
-
-
-@pytest.fixture
 def gate(node_env: Environment, request: pytest.FixtureRequest) -> ToolGate:
     tool_gate: ToolGate = request.getfixturevalue("tool_gate")
     return tool_gate
