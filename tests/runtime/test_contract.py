@@ -21,11 +21,10 @@ import pytest
 
 from alpineagents import Agent, FileStore, Message, Permissions, State, Store, tool
 from alpineagents.state import UNKNOWN_RESULT
-from alpineagents.store import Record
 from alpineagents.testing import ModelServer, error, hold, reply, tool_use
 from tests.agents import interrupt_child
 from tests.bench import forked
-from tests.bench.stores import ChildStore
+from tests.bench.stores import AsyncMemory, ChildStore
 from tests.runtime.contract_tools import NO_SPACE, Watched, fail_once, has_kind
 
 STATE_ID = "nightly-report"
@@ -710,26 +709,6 @@ class TestWriteYourOwnStore:
     def test_an_async_only_store_runs_with_arun_and_run_says_so(
         self, model_server: ModelServer
     ) -> None:
-        class AsyncMemory(Store):
-            def __init__(self) -> None:
-                self.records: dict[str, Record] = {}
-
-            async def awrite(
-                self,
-                state_id: str,
-                entries: list[dict[str, Any]],
-                info: dict[str, Any],
-                *,
-                create: bool = False,
-            ) -> None:
-                kept = self.records[state_id].entries if state_id in self.records else []
-                self.records[state_id] = Record(
-                    kept + [e for e in entries if e["seq"] >= len(kept)], dict(info)
-                )
-
-            async def aread(self, state_id: str) -> Record | None:
-                return self.records.get(state_id)
-
         store = AsyncMemory()
         with pytest.raises(TypeError, match=r"async-only.*arun"):
             agent_for(store).run(new_state())
