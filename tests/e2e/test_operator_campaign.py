@@ -414,14 +414,18 @@ def test_the_store_down_for_a_minute_under_running_runs(campaign: Campaign) -> N
     finally:
         node.ctr("tasks", "resume", container)
     ended = campaign.wait_ended(runs)
+    reasons: Counter[str] = Counter()
+    for run in runs:
+        for event in _events(env, run):
+            if event["reason"] == "PodLost":
+                reason = event["message"].split("(")[-1].rstrip(")")
+                reasons[reason] += int(event.get("count") or 1)
+                # A pod whose saves the outage refused exits retryable: a loss the
+                # campaign caused. Any other restart would not be.
+                if reason == "RetryableError":
+                    campaign.inflicted[run] += int(event.get("count") or 1)
     counts: Counter[str] = Counter()
     campaign.check(ended, counts)
-    reasons = Counter(
-        e["message"].split("(")[-1].rstrip(")")
-        for run in runs
-        for e in _events(env, run)
-        if e["reason"] == "PodLost"
-    )
     campaign.sections["Real node: store outage"] = "\n".join(
         [
             f"The store (MinIO in the cluster) frozen for {OUTAGE_SECONDS} s while {OUTAGE_RUNS} "
