@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,9 @@ class Phase:
     peak_mib: float = 0.0
     latencies: list[float] = field(default_factory=list)  # per run, where measured
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    server_seconds: dict[str, float] = field(default_factory=dict)  # by request kind
+    operator_cpu: float = 0.0  # CPU seconds (user + system) of the operator process
+    apiserver_cpu: float = 0.0  # and of kube-apiserver + etcd
 
     @property
     def total(self) -> int:
@@ -252,7 +256,13 @@ class Requests:
         self._offset = self._path.stat().st_size if self._path.exists() else 0
 
     def since_mark(self) -> Counter[str]:
+        return self.since_mark_timed()[0]
+
+    def since_mark_timed(self) -> tuple[Counter[str], dict[str, float]]:
+        """Requests by kind, and the seconds the API server spent on them by kind
+        (received → response complete; a watch's is how long it stayed open)."""
         counts: Counter[str] = Counter()
+        spent: dict[str, float] = {}
         with open(self._path, "rb") as log:
             log.seek(self._offset)
             data = log.read()
@@ -266,8 +276,46 @@ class Requests:
             resource = ref.get("resource", event.get("requestURI", "?"))
             if ref.get("subresource"):
                 resource += "/" + ref["subresource"]
-            counts[f"{event.get('verb')} {resource}"] += 1
-        return counts
+            kind = f"{event.get('verb')} {resource}"
+            counts[kind] += 1
+            received, done = event.get("requestReceivedTimestamp"), event.get("stageTimestamp")
+            if received and done:
+                took = (_when(done) - _when(received)).total_seconds()
+                spent[kind] = spent.get(kind, 0.0) + took
+        return counts, spent
+
+
+def _when(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (0 for one that is gone)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def server_pids(plane: Any) -> list[int]:
+    """kube-apiserver and etcd of this plane (their command lines name its folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(plane.workdir) in command and ("kube-apiserver" in command or "etcd" in command):
+            found.append(int(entry.name))
+    return found
 
 
 def _settle() -> None:
@@ -299,28 +347,54 @@ def _handled_count(plane: Any) -> int:
     )
 
 
+class Meter:
+    """Begins and ends a phase: the operator's requests, CPU and memory over it."""
+
+    def __init__(self, plane: Any, operator: Operator) -> None:
+        self.requests = Requests(plane)
+        self.operator = operator
+        self.servers = server_pids(plane)
+        self._cpu = (0.0, 0.0)
+
+    def _cpus(self) -> tuple[float, float]:
+        pid = self.operator.process.pid if self.operator.process is not None else -1
+        return cpu_seconds([pid]), cpu_seconds(self.servers)
+
+    def begin(self, phase: Phase, operator_restarts: bool = False) -> None:
+        _settle()
+        self.requests.mark()
+        phase.load = os.getloadavg()
+        self._cpu = (0.0 if operator_restarts else self._cpus()[0], self._cpus()[1])
+
+    def end(self, phase: Phase) -> None:
+        _settle()
+        phase.requests, phase.server_seconds = self.requests.since_mark_timed()
+        operator_cpu, server_cpu = self._cpus()
+        phase.operator_cpu = operator_cpu - self._cpu[0]
+        phase.apiserver_cpu = server_cpu - self._cpu[1]
+        phase.rss_mib, phase.peak_mib = self.operator.memory_mib()
+
+
 def measure(workdir: Path, runs: int) -> Scale:
     result = Scale(runs)
     store = workdir / "runs"
     store.mkdir()
     with control_plane(workdir) as plane:
         operator = Operator(plane.client_kubeconfig("operator"), store, workdir / "operator.log")
-        requests = Requests(plane)
+        meter = Meter(plane, operator)
         run_watch, pod_watch = Watch(plane.api_client(), "runs"), Watch(plane.api_client(), "pods")
         try:
             operator.start()
             run_watch.start()
             pod_watch.start()
-            # Ready: it handled one run from its watch (kopf's annotation is on it).
+            # Ready: it handled one run from its watch (its pod exists).
             plane.kubectl("create", "-f", "-", input=_runs_list(["warm-up"]))
             pod_watch.wait_for(["warm-up"])
             time.sleep(2.0)  # its imports and first list are done; the idle figure
             result.idle_rss_mib = operator.memory_mib()[0]
 
             names = [f"run-{n:05d}" for n in range(runs)]
-            _settle()
-            requests.mark()
-            result.burst.load = os.getloadavg()
+            meter.begin(result.burst)
             began = time.monotonic()
             plane.kubectl("create", "-f", "-", input=_runs_list(names), timeout=DEADLINE)
             result.creating_seconds = time.monotonic() - began
@@ -330,29 +404,22 @@ def measure(workdir: Path, runs: int) -> Scale:
             result.burst.seconds = last - first
             result.burst.latencies = [pod_watch.added[n] - run_watch.added[n] for n in names]
             _wait_settled(plane, runs + 1)
-            _settle()
-            result.burst.requests = requests.since_mark()
-            result.burst.rss_mib, result.burst.peak_mib = operator.memory_mib()
+            meter.end(result.burst)
 
             # Steady: nothing changes; the resync loop reads every run.
-            requests.mark()
-            result.steady.load = os.getloadavg()
+            meter.begin(result.steady)
             time.sleep(2 * RESYNC_SECONDS)
             result.steady.seconds = 2 * RESYNC_SECONDS
-            result.steady.requests = requests.since_mark()
-            result.steady.rss_mib, result.steady.peak_mib = operator.memory_mib()
+            meter.end(result.steady)
 
             # Restart: every run resumed by kopf (annotation already there: a resume).
             operator.stop()
-            requests.mark()
-            result.restart.load = os.getloadavg()
+            meter.begin(result.restart, operator_restarts=True)
             began = time.monotonic()
             operator.start()
-            _wait_resumed(requests, runs + 1)
+            _wait_resumed(meter.requests, runs + 1)
             result.restart.seconds = time.monotonic() - began
-            _settle()
-            result.restart.requests = requests.since_mark()
-            result.restart.rss_mib, result.restart.peak_mib = operator.memory_mib()
+            meter.end(result.restart)
             if _handled_count(plane) != runs + 1:
                 raise RuntimeError("not every run has its pod and the operator's annotation")
         finally:
@@ -424,10 +491,16 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
             f"{phase.steps:,}",
             f"{phase.total / max(1, phase.steps):.1f}",
             f"{phase.rss_mib:.0f} MiB ({phase.peak_mib:.0f})",
+            f"{phase.operator_cpu:.1f} s",
+            f"{phase.apiserver_cpu:.1f} s",
             " / ".join(f"{v:.1f}" for v in phase.load),
         ]
 
-    breakdown = ", ".join(f"{key} {count:,}" for key, count in burst.requests.most_common())
+    breakdown = ", ".join(
+        f"{key} {count:,} ({burst.server_seconds.get(key, 0.0) / count * 1000:.0f} ms)"
+        for key, count in burst.requests.most_common()
+        if not key.startswith("watch")
+    )
     page.sections.append(
         [
             f"## The operator with {n:,} AgentRuns",
@@ -440,6 +513,8 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
                     "reconcile steps",
                     "requests per step",
                     "RSS after (peak)",
+                    "operator CPU",
+                    "apiserver + etcd CPU",
                     "load average at start",
                 ],
                 [
@@ -457,10 +532,11 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
             f"{scale.creating_seconds:.1f} s, so the runs arrived over that time; each "
             f"run's wait for its pod, created → pod ADDED: p50 {percentile(lat, 0.5):.2f} s, "
             f"p95 {percentile(lat, 0.95):.2f} s, max {max(lat):.2f} s. Requests during the "
-            f"burst (until every status names its pod): {breakdown}. A reconcile step "
-            "is one GET of the run and one LIST of its pods, then what it changes; each "
-            "resync round is one step per run, so an idle operator makes "
-            f"{2 * n / RESYNC_SECONDS:.0f} requests/s on average at {n:,} runs (two per run "
-            "per round). One pass (a few minutes); machine load as in the last column.",
+            f"burst (until every status names its pod), with the API server's mean time "
+            f"for each: {breakdown}. A reconcile step is one GET of the run and one LIST "
+            "of its pods, then what it changes; a resync round is one step per run, one "
+            f"run after another, then {RESYNC_SECONDS:.0f} s of sleep. One pass; the "
+            "machine is shared (load in the last column), so CPU seconds say more than "
+            "wall times.",
         ]
     )

@@ -109,7 +109,7 @@ class PodWatch:
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
 
-        self._core = client.CoreV1Api(api_client)
+        self._core: Any = client.CoreV1Api(api_client)  # raw responses: typed loosely
         self.events: list[PodEvent] = []
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -291,6 +291,14 @@ def _entry_times(cluster: Any, state_ids: list[str]) -> dict[str, list[float]]:
 # --------------------------------------------------------------------------- one round
 
 
+def _gone(pod: str) -> Callable[[PodEvent], bool]:
+    return lambda e: e.name == pod and (e.finished or e.type == "DELETED")
+
+
+def _added(pod: str) -> Callable[[PodEvent], bool]:
+    return lambda e: e.name == pod and e.type == "ADDED"
+
+
 def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
     """Start ``size`` runs, hold each in its tool call, delete all their pods at once,
     and time each run's resume."""
@@ -313,13 +321,8 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
         list(pool.map(delete, names))
     for name in names:
         first, second = f"{name}-1", f"{name}-2"
-        losses[name].observed = watch.wait_for(
-            lambda e, pod=first: e.name == pod and (e.finished or e.type == "DELETED"),
-            f"{first} lost",
-        ).at
-        losses[name].created = watch.wait_for(
-            lambda e, pod=second: e.name == pod and e.type == "ADDED", f"{second} created"
-        ).at
+        losses[name].observed = watch.wait_for(_gone(first), f"{first} lost").at
+        losses[name].created = watch.wait_for(_added(second), f"{second} created").at
     states = _wait_all_succeeded(cluster, names)
     times = _entry_times(cluster, list(states.values()))
     for name, state_id in states.items():
