@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -206,9 +207,12 @@ def real_node(workdir: Path) -> Iterator[Any]:
     except ProvisioningError as error:
         raise NodeUnavailable(f"run `python -m tests.bench.images` as root: {error}") from error
     (workdir / "helm").mkdir()
+    # Straight under /tmp, as the real_node fixture's: start_cluster opens this one
+    # folder to dnsmasq (no longer root), and a parent it cannot enter hides it.
+    folder = Path(tempfile.mkdtemp(prefix="alpineagents-bench-node-"))
     with contextlib.ExitStack() as stack:
-        stack.callback(shutil.rmtree, workdir / "cluster", ignore_errors=True)
-        cluster = start_cluster(stack, workdir / "cluster", images)
+        stack.callback(shutil.rmtree, folder, ignore_errors=True)
+        cluster = start_cluster(stack, folder, images)
         cluster.kubectl("create", "namespace", NAMESPACE)
         cluster.wait_for_default_service_account(NAMESPACE)
         # The chart's defaults, as a user installs it (resync every 30 s included).
