@@ -91,6 +91,8 @@ class Scale:
     burst: Phase = field(default_factory=Phase)
     steady: Phase = field(default_factory=Phase)
     restart: Phase = field(default_factory=Phase)
+    losses: Phase = field(default_factory=Phase)
+    lost: int = 0
     creating_seconds: float = 0.0  # how long the benchmark's own create took
 
 
@@ -104,6 +106,9 @@ class Watch:
         self._custom = client.CustomObjectsApi(api_client)
         self._kind = kind
         self.added: dict[str, float] = {}
+        """First ADDED by run (pods: by their run label; runs: by name)."""
+        self.by_name: dict[tuple[str, str], float] = {}
+        """(event type, object name) → its first arrival."""
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -146,13 +151,15 @@ class Watch:
                         event = json.loads(line)
                         meta = event["object"]["metadata"]
                         version = meta.get("resourceVersion", version)
-                        if event["type"] != "ADDED":
+                        if event["type"] not in ("ADDED", "DELETED"):
                             continue
                         labels = meta.get("labels") or {}
                         run = labels.get("alpineagents.dev/run") if self._kind == "pods" else None
                         key = run or meta["name"]
                         with self._changed:
-                            self.added.setdefault(key, at)
+                            if event["type"] == "ADDED":
+                                self.added.setdefault(key, at)
+                            self.by_name.setdefault((event["type"], meta["name"]), at)
                             self._changed.notify_all()
                 finally:
                     response.close()
@@ -161,15 +168,20 @@ class Watch:
                     return
                 time.sleep(0.1)
 
-    def wait_for(self, names: list[str]) -> None:
+    def wait_for(self, names: list[str], event: str = "") -> None:
+        """Wait for each run's first ADDED (or, given ``event``, that event of each
+        object named)."""
+        seen = self.added if not event else {n: 0.0 for t, n in self.by_name if t == event}
         deadline = time.monotonic() + DEADLINE
         with self._changed:
-            while not all(n in self.added for n in names):
+            while not all(n in seen for n in names):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    have = sum(1 for n in names if n in self.added)
+                    have = sum(1 for n in names if n in seen)
                     raise TimeoutError(f"{self._kind}: {have} of {len(names)} after {DEADLINE} s")
                 self._changed.wait(remaining)
+                if event:
+                    seen = {n: 0.0 for t, n in self.by_name if t == event}
 
 
 # --------------------------------------------------------------------------- the parts
@@ -330,7 +342,11 @@ def _runs_list(names: list[str]) -> str:
             "apiVersion": "alpineagents.dev/v1",
             "kind": "AgentRun",
             "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"model": "claude-sonnet-5", "prompt": f"job {name}"},
+            "spec": {
+                "model": "claude-sonnet-5",
+                "prompt": f"job {name}",
+                "restartPolicy": {"initialBackoffSeconds": 0},
+            },
         }
         for name in names
     ]
@@ -375,8 +391,8 @@ class Meter:
         phase.rss_mib, phase.peak_mib = self.operator.memory_mib()
 
 
-def measure(workdir: Path, runs: int) -> Scale:
-    result = Scale(runs)
+def measure(workdir: Path, runs: int, lost: int = 30) -> Scale:
+    result = Scale(runs, lost=min(lost, runs))
     store = workdir / "runs"
     store.mkdir()
     with control_plane(workdir) as plane:
@@ -422,6 +438,22 @@ def measure(workdir: Path, runs: int) -> Scale:
             meter.end(result.restart)
             if _handled_count(plane) != runs + 1:
                 raise RuntimeError("not every run has its pod and the operator's annotation")
+
+            # Losses: pods of ``lost`` runs deleted at once (Pending on no node, they go
+            # at once): pod DELETED → replacement ADDED, on the benchmark's pod watch.
+            time.sleep(RESYNC_SECONDS / 2)  # the restart's follow-up steps are done
+            meter.begin(result.losses)
+            chosen = names[:: max(1, runs // result.lost)][: result.lost]
+            plane.kubectl(
+                "delete", "pods", "-n", NAMESPACE, "--wait=false", *(f"{n}-1" for n in chosen)
+            )
+            pod_watch.wait_for([f"{n}-2" for n in chosen], "ADDED")
+            result.losses.latencies = [
+                pod_watch.by_name[("ADDED", f"{n}-2")] - pod_watch.by_name[("DELETED", f"{n}-1")]
+                for n in chosen
+            ]
+            result.losses.seconds = max(result.losses.latencies)
+            meter.end(result.losses)
         finally:
             run_watch.stop()
             pod_watch.stop()
@@ -470,7 +502,7 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
         page.not_measured.append(f"Operator scale: {error}")
         return
     burst, steady, restart = scale.burst, scale.steady, scale.restart
-    lat = burst.latencies
+    lat, gone = burst.latencies, scale.losses.latencies
     page.rows["operator-scale"] = Row(
         what,
         f"RSS {burst.rss_mib:.0f} MiB (idle {scale.idle_rss_mib:.0f}); all {n:,} new runs "
@@ -478,7 +510,8 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
         f"{percentile(lat, 0.5):.2f} s, p95 {percentile(lat, 0.95):.2f} s); "
         f"{burst.total / burst.steps:.1f} requests per reconcile step, "
         f"{burst.total / n:.1f} per new run; idle resync "
-        f"{steady.total / steady.seconds:.0f} requests/s",
+        f"{steady.total / steady.seconds:.0f} requests/s; {scale.lost} pods lost at once: "
+        f"replaced in p50 {percentile(gone, 0.5):.2f} s, p95 {percentile(gone, 0.95):.2f} s",
         "measured",
         True,
     )
@@ -521,6 +554,10 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
                     line(f"{n:,} runs created at once → every one has its pod", burst),
                     line(f"steady: {steady.seconds:.0f} s of resync, nothing changing", steady),
                     line(f"operator restarted with {n:,} runs → read every one", restart),
+                    line(
+                        f"{scale.lost} of the runs' pods deleted at once → all replaced",
+                        scale.losses,
+                    ),
                 ],
             ),
             "",
@@ -531,7 +568,10 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
             f"benchmark's own `kubectl create` of the {n:,} runs took "
             f"{scale.creating_seconds:.1f} s, so the runs arrived over that time; each "
             f"run's wait for its pod, created → pod ADDED: p50 {percentile(lat, 0.5):.2f} s, "
-            f"p95 {percentile(lat, 0.95):.2f} s, max {max(lat):.2f} s. Requests during the "
+            f"p95 {percentile(lat, 0.95):.2f} s, max {max(lat):.2f} s. The losses: each "
+            "pod's DELETED → its replacement's ADDED on the benchmark's watch (a Pending "
+            "pod is deleted at once; no node, no store to read on the way), p50 "
+            f"{percentile(gone, 0.5):.2f} s, p95 {percentile(gone, 0.95):.2f} s. Requests during the "
             f"burst (until every status names its pod), with the API server's mean time "
             f"for each: {breakdown}. A reconcile step is one GET of the run and one LIST "
             "of its pods, then what it changes; a resync round is one step per run, one "
