@@ -192,8 +192,9 @@ def _finished(pod: dict[str, Any]) -> bool:
 
 
 @contextlib.contextmanager
-def real_node(workdir: Path) -> Iterator[Any]:
-    """The real node with the chart installed in NAMESPACE: a RealCluster."""
+def real_node(workdir: Path, operator: dict[str, Any] | None = None) -> Iterator[Any]:
+    """The real node with the chart installed in NAMESPACE: a RealCluster (``operator``:
+    more chart values under ``operator``)."""
     from tests.bench.helm import Helm
     from tests.bench.images import ensure_images
     from tests.bench.real_node import start_cluster
@@ -216,7 +217,10 @@ def real_node(workdir: Path) -> Iterator[Any]:
         cluster.kubectl("create", "namespace", NAMESPACE)
         cluster.wait_for_default_service_account(NAMESPACE)
         # The chart's defaults, as a user installs it (resync every 30 s included).
-        values = {**cluster.chart_values(), "operator": {"logLevel": "WARNING"}}
+        values = {
+            **cluster.chart_values(),
+            "operator": {"logLevel": "WARNING", **(operator or {})},
+        }
         helm.install(RELEASE, NAMESPACE, cluster.kubeconfig, values, "--wait", "--timeout=5m")
         stack.callback(helm.uninstall, RELEASE, NAMESPACE, cluster.kubeconfig)
         stack.callback(
@@ -342,12 +346,14 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
     return burst
 
 
-def measure(workdir: Path, singles: int, burst: int) -> tuple[list[Burst], list[Burst]]:
+def measure(
+    workdir: Path, singles: int, burst: int, operator: dict[str, Any] | None = None
+) -> tuple[list[Burst], list[Burst]]:
     """``singles`` rounds of one loss, then one round of ``burst`` losses at once."""
     from tests.bench.node_network import NodeSubnet
     from tests.bench.tool_gate import ToolGate
 
-    with real_node(workdir) as cluster:
+    with real_node(workdir, operator) as cluster:
         gate = ToolGate(NodeSubnet(0).gateway)
         gate.start()
         watch = PodWatch(cluster.plane.api_client())
