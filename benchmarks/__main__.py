@@ -9,7 +9,9 @@ From the repository root, with the ``bench`` extra installed (``pip install -e .
 
 MinIO comes from the test bench (``python -m tests.bench.testbin minio``), PostgreSQL from
 the distribution (``apt-get install postgresql``); a benchmark whose server is missing is
-listed as not measured. A correctness check that fails (what a load gives back is not what
+listed as not measured. Sections ``resume`` (the bench's real node: root, and run the
+whole command under ``flock /tmp/real-node.lock``, one real node per machine) and
+``operator`` (the bench's etcd + kube-apiserver) start a cluster of their own. A correctness check that fails (what a load gives back is not what
 was saved) stops the run with an error.
 """
 

@@ -22,6 +22,9 @@ _log = logging.getLogger(__name__)
 _MERGE_PATCH = "application/merge-patch+json"
 _TIMEOUT = (10, 60)  # (connect, read) seconds: a hung API call must not stall a run forever
 COMPONENT = "alpineagents-operator"
+CALL_THREADS = 32
+"""Threads making the operator's blocking calls, and API connections kept open for them
+(the client's own pool holds 5 per CPU: calls beyond it wait for or open a connection)."""
 
 
 def api_client_from_environment() -> Any:
@@ -31,11 +34,13 @@ def api_client_from_environment() -> Any:
     from kubernetes import config as _config
 
     config: Any = _config  # its loaders are untyped
+    configuration = client.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-        configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
-        return client.ApiClient(configuration)
-    return config.new_client_from_config()
+    else:
+        config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = CALL_THREADS
+    return client.ApiClient(configuration)
 
 
 class SecretConflict(Exception):

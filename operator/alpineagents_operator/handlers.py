@@ -33,12 +33,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
-from .cluster import Cluster, api_client_from_environment
+from .cluster import CALL_THREADS, Cluster, api_client_from_environment
 from .config import OperatorConfig
 from .metrics import OperatorMetrics
 from .reconciler import Reconciler
@@ -108,6 +109,12 @@ def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = OperatorConfig.from_env()
     apply_settings(settings, config)
+    # Every reconcile step's API and store calls run on the loop's default executor,
+    # whose own size (CPUs + 4: 6 on a 2-CPU node) would queue a burst of runs that lost
+    # their pods behind a few threads; each call mostly waits on the network.
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix="reconcile")
+    )
     metrics = OperatorMetrics()
     if config.metrics_port:
         metrics.serve(config.metrics_port)
