@@ -38,6 +38,8 @@ KUBERNETES_VERSION = "v1.35.4"
 # The staging modules (k8s.io/api, k8s.io/apiserver, ...) are tagged v0.<minor>.<patch>.
 _KUBERNETES_STAGING_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
 HELM_VERSION = "v3.22.0"
+# kind and the kubeadm its node image runs (tests/bench/kind_node_image.py).
+KIND_VERSION = "v0.33.0"
 # MinIO tags releases as RELEASE.<date>, which is not semver, so Go knows its commits only
 # as pseudo-versions. The module proxy reachable here serves this one (master, February
 # 2026, after the last community release RELEASE.2025-10-15T17-29-55Z); older release
@@ -54,6 +56,9 @@ _KUBERNETES_COMMANDS = (
     "kubelet",
     "kube-proxy",
 )
+# kubeadm sets up a kind node; it gets a wrapper module of its own so that checkouts whose
+# list above differs do not re-tidy a shared module back and forth.
+_KUBEADM_COMMANDS = ("kubeadm",)
 
 
 class ProvisioningError(RuntimeError):
@@ -144,24 +149,24 @@ def _build_etcd(out: Path) -> None:
 # --- Kubernetes servers ---------------------------------------------------------------
 
 
-def _kubernetes_module() -> Path:
+def _kubernetes_module(commands: tuple[str, ...] = _KUBERNETES_COMMANDS, suffix: str = "") -> Path:
     """A wrapper module requiring k8s.io/kubernetes, with its staging modules pinned.
 
     k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
     ./staging/...; a module that depends on it has to replace each one with the
     published v0.<minor>.<patch> of the same release.
     """
-    module = cache_root() / "src" / f"kubernetes-{KUBERNETES_VERSION}"
+    module = cache_root() / "src" / f"kubernetes-{KUBERNETES_VERSION}{suffix}"
     module.mkdir(parents=True, exist_ok=True)
     # tidy keeps every requirement the commands need (the build tag hides the file from
     # builds while tidy still sees its imports). A cache made when fewer commands were
     # listed is tidied again, under a lock, since builds of several commands share it.
     tools = (
         "//go:build tools\n\npackage tools\n\nimport (\n"
-        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in _KUBERNETES_COMMANDS)
+        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in commands)
         + ")\n"
     )
-    with _build_lock(f"kubernetes-module-{KUBERNETES_VERSION}"):
+    with _build_lock(f"kubernetes-module-{KUBERNETES_VERSION}{suffix}"):
         go_mod = module / "go.mod"
         tools_go = module / "tools.go"
         if (
@@ -220,7 +225,11 @@ def _kubernetes_ldflags() -> str:
 
 def _kubernetes_builder(command: str) -> Callable[[Path], None]:
     def build(out: Path) -> None:
-        module = _kubernetes_module()
+        module = (
+            _kubernetes_module(_KUBEADM_COMMANDS, "-kubeadm")
+            if command in _KUBEADM_COMMANDS
+            else _kubernetes_module()
+        )
         _run_go(
             [
                 "build",
@@ -326,7 +335,7 @@ _BINARIES: dict[str, _Binary] = {
             _kubernetes_builder(name),
             _same_minor(KUBERNETES_VERSION, ["--version"], r"Kubernetes (v\S+)"),
         )
-        for name in ("kube-scheduler", "kube-proxy", "kubelet")
+        for name in ("kube-scheduler", "kube-proxy", "kubelet", "kubeadm")
     },
     "minio": _Binary(
         "minio",
@@ -343,6 +352,14 @@ _BINARIES: dict[str, _Binary] = {
             f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
         ),
         _same_minor(HELM_VERSION, ["version", "--short"], r"(v3\.\d+\.\d+)"),
+    ),
+    # kind's own Makefile stamps only the version; the node image it wants by default is
+    # irrelevant here (the bench always passes --image).
+    "kind": _Binary(
+        "kind",
+        KIND_VERSION,
+        _go_install_builder("sigs.k8s.io/kind", KIND_VERSION, "-s -w"),
+        lambda path: _output([str(path), "version"]).startswith(f"kind {KIND_VERSION} "),
     ),
 }
 
