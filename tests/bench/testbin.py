@@ -38,8 +38,13 @@ KUBERNETES_VERSION = "v1.35.4"
 # The staging modules (k8s.io/api, k8s.io/apiserver, ...) are tagged v0.<minor>.<patch>.
 _KUBERNETES_STAGING_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
 HELM_VERSION = "v3.22.0"
-# kind and the kubeadm its node image runs (tests/bench/kind_node_image.py).
+# kind and what its node image runs besides Kubernetes (tests/bench/kind_node_image.py):
+# CoreDNS (the tag kubeadm v1.35 deploys) and the storage provisioner kind's images ship.
 KIND_VERSION = "v0.33.0"
+COREDNS_VERSION = "v1.13.1"
+LOCAL_PATH_PROVISIONER_VERSION = "v0.0.30"
+# crictl (kind load asks it for a node's images); the proxy refuses v1.35.x of cri-tools.
+CRICTL_VERSION = "v1.34.0"
 # MinIO tags releases as RELEASE.<date>, which is not semver, so Go knows its commits only
 # as pseudo-versions. The module proxy reachable here serves this one (master, February
 # 2026, after the last community release RELEASE.2025-10-15T17-29-55Z); older release
@@ -361,6 +366,26 @@ _BINARIES: dict[str, _Binary] = {
         _go_install_builder("sigs.k8s.io/kind", KIND_VERSION, "-s -w"),
         lambda path: _output([str(path), "version"]).startswith(f"kind {KIND_VERSION} "),
     ),
+    "coredns": _Binary(
+        "coredns",
+        COREDNS_VERSION,
+        _go_install_builder("github.com/coredns/coredns", COREDNS_VERSION, "-s -w"),
+        lambda path: False,  # only ever copied into an image: always the pinned build
+    ),
+    "crictl": _Binary(
+        "crictl",
+        CRICTL_VERSION,
+        _go_install_builder("sigs.k8s.io/cri-tools/cmd/crictl", CRICTL_VERSION, "-s -w"),
+        lambda path: False,
+    ),
+    "local-path-provisioner": _Binary(
+        "local-path-provisioner",
+        LOCAL_PATH_PROVISIONER_VERSION,
+        _go_install_builder(
+            "github.com/rancher/local-path-provisioner", LOCAL_PATH_PROVISIONER_VERSION, "-s -w"
+        ),
+        lambda path: False,
+    ),
 }
 
 #: Every binary :func:`ensure_all` provisions, in build order.
@@ -398,15 +423,18 @@ def _build_lock(name: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _provision(name: str) -> tuple[Path, str]:
-    """The binary's path and how it was obtained ("cached", "reused", "built")."""
+def _provision(name: str, reuse: bool = True) -> tuple[Path, str]:
+    """The binary's path and how it was obtained ("cached", "reused", "built").
+
+    Without ``reuse`` a fitting binary on PATH is ignored: the pinned build is made.
+    """
     if name not in _BINARIES:
         raise KeyError(f"unknown test binary {name!r}; known: {', '.join(NAMES)}")
     binary = _BINARIES[name]
     final = cached_path(name)
     if final.is_file():
         return final, "cached"
-    elsewhere = _found_elsewhere(binary)
+    elsewhere = _found_elsewhere(binary) if reuse else None
     if elsewhere is not None:
         return elsewhere, "reused"
     with _build_lock(name):
@@ -429,6 +457,19 @@ def binary_path(name: str) -> Path:
     Raises :class:`ProvisioningError` when it is not available and cannot be built.
     """
     return _provision(name)[0]
+
+
+def module_source(module: str, version: str) -> Path:
+    """The folder of ``module@version`` in Go's module cache, downloaded from the proxy."""
+    scratch = Path(tempfile.gettempdir())
+    info = json.loads(_run_go(["mod", "download", "-json", f"{module}@{version}"], scratch))
+    return Path(info["Dir"])
+
+
+def pinned_path(name: str) -> Path:
+    """Path to the pinned version of ``name`` built from source (never one from PATH),
+    for what must be exactly that version, such as the binaries in a kind node image."""
+    return _provision(name, reuse=False)[0]
 
 
 def ensure_all(names: tuple[str, ...] = NAMES, report: bool = False) -> dict[str, Path]:
