@@ -23,6 +23,7 @@ tests use (:func:`config_for_our_machines`), not into the users' ``kind-config.y
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import subprocess
 from collections.abc import Iterator
@@ -71,6 +72,18 @@ def kind_daemon() -> Docker:
             f"--default-runtime={RUNTIME}",
         ),
     )
+
+
+@contextlib.contextmanager
+def kind_sessions_lock() -> Iterator[None]:
+    """Held by a test session using kind clusters, so the next one waits for it."""
+    images_root().mkdir(parents=True, exist_ok=True)
+    with (images_root() / ".kind-sessions.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager

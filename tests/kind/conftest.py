@@ -15,7 +15,7 @@ import pytest
 
 from tests.bench.images import Docker
 from tests.bench.infra import missing
-from tests.bench.kind_cluster import kind_docker
+from tests.bench.kind_cluster import kind, kind_docker, kind_sessions_lock
 from tests.bench.kind_node_image import ensure_node_image
 from tests.bench.testbin import ProvisioningError
 
@@ -29,11 +29,17 @@ class KindBench:
 
 
 @pytest.fixture(scope="session")
-def kind_bench() -> Iterator[KindBench]:
+def kind_bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindBench]:
+    """The kind daemon and node image, for one test session at a time on this machine
+    (clusters are named by kind-config.yaml and map its fixed host ports)."""
     if os.geteuid() != 0:
         missing("a kind cluster", "kind's dockerd runs as root here: run the tests as root")
     try:
-        with kind_docker() as docker:
+        with kind_sessions_lock(), kind_docker() as docker:
+            # A session that was killed leaves its clusters behind; the daemon is ours.
+            kubeconfig = tmp_path_factory.mktemp("kind") / "kubeconfig"
+            for stale in kind(docker, "get", "clusters", kubeconfig=kubeconfig).split():
+                kind(docker, "delete", "cluster", f"--name={stale}", kubeconfig=kubeconfig)
             image = ensure_node_image(docker)
             yield KindBench(docker, image)
     except ProvisioningError as error:

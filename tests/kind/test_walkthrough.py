@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -64,6 +65,28 @@ def minio_answers(url: str, attempts: int = 60) -> bool:
                     return True
         except OSError:
             pass
+        time.sleep(1)
+    return False
+
+
+def logs_show(env: dict[str, str], pod: str, text: str, timeout: float = 600) -> bool:
+    """Follow ``pod``'s log until a line holds ``text`` (False: the pod ended or time ran
+    out first)."""
+    follow = ["kubectl", "-n", "agents", "logs", "--follow", f"pod/{pod}"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # logs fail until the container has started
+        with subprocess.Popen(follow, env=env, stdout=subprocess.PIPE, text=True) as process:
+            timer = threading.Timer(max(0.0, deadline - time.monotonic()), process.kill)
+            timer.start()
+            try:
+                assert process.stdout is not None
+                if any(text in line for line in process.stdout):
+                    return True
+            finally:
+                timer.cancel()
+                process.kill()
+            if process.wait() == 0:
+                return False  # the whole log was read
         time.sleep(1)
     return False
 
@@ -130,7 +153,8 @@ def test_walkthrough_run_survives_its_pods_deletion(kind_bench: KindBench, tmp_p
         sh(wait + "'{.status.phase}'=Running")
         sh(wait + "'{.status.attempt}'=1")
         # 5. Delete its pod in the middle of a step (the shell command sleeps 20 s).
-        sh("kubectl -n agents wait pod/disk-report-1 --for=condition=Ready --timeout=600s")
+        # The pod's progress log says when the model's reply that calls the command is in.
+        assert logs_show(sh.env, "disk-report-1", "calls shell"), "the run never called shell"
         sh(command("kubectl -n agents delete pod disk-report-1"))
         sh(wait + "'{.status.attempt}'=2")
         sh(wait + "'{.status.phase}'=Succeeded", timeout=900)
