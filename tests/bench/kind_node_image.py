@@ -19,6 +19,24 @@ Go toolchain, so this follows the same recipe with what we have:
   ``/etc/cni/net.d`` for the default pod subnet, and a ``/kind/manifests/default-cni.yaml``
   that only records that (a ConfigMap), so a config without ``disableDefaultCNI`` works.
 
+How it differs from kind's own ``kindest/node`` v1.35 image:
+
+- Debian bookworm, not trixie; Debian's containerd 1.6.20 (config version 2, which kind's
+  file still is), runc 1.1.5 and CNI plugins 1.1.1 (all of them, linked into
+  ``/opt/cni/bin``), not containerd 2.x, runc 1.4 and four plugins built from source;
+  crictl v1.34.0, not v1.36; no fuse-overlayfs snapshotter, nfs-common or open-iscsi
+  (rootless docker and NFS/iSCSI volumes are not supported); no ``/LICENSES``.
+- No kindnet: one bridge for :data:`NODE_POD_SUBNET`, so pods of a second node would not
+  reach the first, a ``podSubnet`` in the config is not followed, and NetworkPolicies are
+  not enforced (kindnet enforces them).
+- The images: binaries alone ``FROM scratch`` (no distroless base; CoreDNS runs as root),
+  kube-proxy on Debian's iptables (nft) without iptables-wrapper, etcd v3.6.16 under
+  kubeadm's ``etcd:3.6.6-0`` tag, pause is our own program, local-path-provisioner
+  v0.0.30 and a Debian helper under kind's image names. ctr 1.6 cannot label them
+  pinned, so the kubelet may collect them unless ``imageGCHighThresholdPercent: 100``.
+- Kubernetes is built with ``go build -trimpath`` from the proxy's k8s.io/kubernetes
+  v1.35.4 (version stamped by ldflags), not by Kubernetes' release tooling.
+
 The image lives in the kind daemon's data folder (:mod:`tests.bench.kind_cluster`), tagged
 ``alpineagents-bench/kind-node:<hash of everything it is made from>``; a warm run finds the
 tag and builds nothing.
@@ -49,16 +67,21 @@ from tests.bench.images import (
 )
 from tests.bench.infra import infra_required
 from tests.bench.testbin import (
+    COREDNS_VERSION,
+    CRICTL_VERSION,
     ETCD_VERSION,
     KIND_VERSION,
     KUBERNETES_VERSION,
+    LOCAL_PATH_PROVISIONER_VERSION,
     ProvisioningError,
     binary_path,
     module_source,
     pinned_path,
 )
 
-BENCH = Path(__file__).resolve().parent
+# Raise it when the recipe below changes what goes into the image (its tag hashes this
+# and the versions, packages and files it is made from, not this file's text).
+RECIPE = "kind-node-recipe-1"
 SUITE = "bookworm"
 # kind's base image (images/base/Dockerfile) installs these; Debian's containerd, runc and
 # CNI plugins stand in for the ones it builds from source.
@@ -165,13 +188,16 @@ def node_image_ref() -> str:
     """The node image's tag for the current inputs (built or not)."""
     pause = _pause()
     inputs: list[str | Path] = [
-        Path(__file__),
-        BENCH / "node" / "runc-without-sys-resource",
+        RECIPE,
         KIND_VERSION,
         KUBERNETES_VERSION,
         ETCD_VERSION,
+        COREDNS_VERSION,
+        LOCAL_PATH_PROVISIONER_VERSION,
+        CRICTL_VERSION,
         *NODE_PACKAGES,
         *TOOLS_PACKAGES,
+        _DEFAULT_CNI_MANIFEST,
         pause.ref,
         *(str(part) for part in base_inputs()),
     ]
@@ -496,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.parse_args(argv)
     try:
+        if os.geteuid() != 0:
+            raise ProvisioningError("kind's dockerd runs as root here: run this as root")
         with kind_docker() as docker:
             ensure_node_image(docker, report=True)
     except ProvisioningError as error:
