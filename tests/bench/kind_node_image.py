@@ -487,17 +487,18 @@ def build_node_image(docker: Docker, ref: str) -> None:
 
 
 def _forget_older(docker: Docker, ref: str) -> None:
-    """Remove node images of earlier inputs, keeping the newest few (several checkouts
-    share the daemon, each maybe with its own inputs)."""
+    """Remove node images of earlier inputs, keeping the newest two (several checkouts
+    share the daemon, each maybe with its own inputs), and the build cache."""
     repository = ref.rsplit(":", 1)[0]
     listed = docker.run(
         "image", "ls", "--format={{.Repository}}:{{.Tag}} {{.CreatedAt}}", repository
     ).splitlines()
     older = sorted((line.split(" ", 1) for line in listed if line), key=lambda p: p[1])
-    for old_ref, _ in older[:-3]:
+    for old_ref, _ in older[:-2]:
         if old_ref != ref:
             docker.run("rmi", "--force", old_ref)
     docker.run("image", "prune", "--force")
+    docker.run("builder", "prune", "--force")
 
 
 def ensure_node_image(docker: Docker, report: bool = False) -> str:
