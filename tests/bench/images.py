@@ -122,7 +122,8 @@ def _digest(*parts: bytes | str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _base_inputs() -> list[bytes | str | Path]:
+def base_inputs() -> list[bytes | str | Path]:
+    """What the base image is made from (its recipe, apt sources, extra CA certificates)."""
     sources: list[Path] = []
     for place in APT_SOURCES:
         sources += sorted(place.glob("*")) if place.is_dir() else [place] if place.exists() else []
@@ -145,7 +146,7 @@ def _context_files() -> list[Path]:
 def plan() -> dict[str, Image]:
     """Every image with the reference and archive its current inputs give it."""
     root = images_root()
-    base = _digest(*_base_inputs())
+    base = _digest(*base_inputs())
     ours = _digest(base, REPO_ROOT / "Dockerfile", *_context_files())
     pause = _digest(_PAUSE_DOCKERFILE, NODE_FILES / "pause.c")
     minio = _digest(base, _MINIO_DOCKERFILE, binary_path("minio"))
@@ -167,12 +168,42 @@ def plan() -> dict[str, Image]:
 
 
 class Docker:
-    """A private dockerd for builds, started on first use and stopped by :meth:`stop`."""
+    """A private dockerd for builds, started on first use and stopped by :meth:`stop`.
 
-    def __init__(self) -> None:
-        self.run_dir = Path("/run/alpineagents-images")
+    The defaults are the image builds' daemon; :mod:`tests.bench.kind_cluster` runs another
+    one (its own folders and cgroup, a bridge for kind's network, a runtime of its own).
+    """
+
+    def __init__(
+        self,
+        run_dir: Path = Path("/run/alpineagents-images"),
+        data: Path | None = None,
+        cgroup: str = _CGROUP,
+        daemon_args: tuple[str, ...] = (
+            # Builds only: no rules in the machine's firewall, no bridge, no NAT.
+            "--iptables=false",
+            "--ip-forward=false",
+            "--ip-masq=false",
+            "--bridge=none",
+        ),
+    ) -> None:
+        self.run_dir = run_dir
         self.socket = self.run_dir / "docker.sock"
+        self.data = data or images_root() / "docker"
+        self.cgroup = cgroup
+        self.daemon_args = daemon_args
         self._daemon: ServerProcess | None = None
+        self._borrowed = False
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for a docker CLI (or kind) talking to this daemon."""
+        return {
+            **os.environ,
+            "DOCKER_HOST": f"unix://{self.socket}",
+            "DOCKER_BUILDKIT": "1",
+            "DOCKER_CONFIG": str(self.run_dir / "cli"),
+        }
 
     def _command(self, *args: str) -> list[str]:
         return [_DOCKER_CLI, f"--host=unix://{self.socket}", *args]
@@ -180,11 +211,10 @@ class Docker:
     def run(self, *args: str, cwd: Path | None = None) -> str:
         """Run the docker CLI against the private daemon (started if needed)."""
         self.start()
-        env = {**os.environ, "DOCKER_BUILDKIT": "1", "DOCKER_CONFIG": str(self.run_dir / "cli")}
         result = subprocess.run(
             self._command(*args),
             cwd=cwd,
-            env=env,
+            env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -202,52 +232,52 @@ class Docker:
         )
         return result.returncode == 0
 
+    def _answers(self) -> bool:
+        probe = self._command("version", "--format={{.Server.Version}}")
+        return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
     def start(self) -> None:
-        if self._daemon is not None:
+        """Start the daemon; one another process started on this socket is used as it is
+        (and left running by :meth:`stop`)."""
+        if self._daemon is not None or self._borrowed:
             return
         if not Path(_DOCKER_CLI).exists() or shutil.which("dockerd") is None:
             raise ProvisioningError(f"docker.io is not installed ({_DOCKER_CLI}, dockerd)")
+        if self.socket.exists() and self._answers():
+            self._borrowed = True
+            return
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        data = images_root() / "docker"
-        data.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.data.mkdir(mode=0o700, parents=True, exist_ok=True)
         daemon = ServerProcess(
             "dockerd",
             [
                 "dockerd",
                 f"--host=unix://{self.socket}",
-                f"--data-root={data}",
+                f"--data-root={self.data}",
                 f"--exec-root={self.run_dir / 'exec'}",
                 f"--pidfile={self.run_dir / 'dockerd.pid'}",
-                # Builds only: no rules in the machine's firewall, no bridge, no NAT.
-                "--iptables=false",
-                "--ip-forward=false",
-                "--ip-masq=false",
-                "--bridge=none",
+                *self.daemon_args,
                 "--storage-driver=overlay2",
                 "--exec-opt=native.cgroupdriver=cgroupfs",
-                f"--cgroup-parent={_CGROUP}",
+                f"--cgroup-parent={self.cgroup}",
             ],
-            images_root() / "dockerd.log",
+            self.data.parent / f"{self.data.name}d.log",
             stop_grace=30,
         )
         self._daemon = daemon
         daemon.start()
-        probe = self._command("version", "--format={{.Server.Version}}")
-
-        def answers() -> bool:
-            return subprocess.run(probe, capture_output=True, check=False).returncode == 0
-
         try:
-            daemon.wait_until(answers, "answering", timeout=120)
+            daemon.wait_until(self._answers, "answering", timeout=120)
         except ServerFailed as error:
             self.stop()
             raise ProvisioningError(str(error)) from error
 
     def stop(self) -> None:
+        self._borrowed = False
         if self._daemon is not None:
             self._daemon.stop()
             self._daemon = None
-            remove_cgroup(_CGROUP)
+            remove_cgroup(self.cgroup)
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
@@ -315,7 +345,7 @@ def _build_base(image: Image) -> None:
         str(partial),
     ]
     # The mirrors this machine's apt uses (deb822 .sources files or a sources.list).
-    command += [str(p) for p in _apt_source_files()]
+    command += [str(p) for p in apt_source_files()]
     try:
         result = subprocess.run(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
@@ -329,7 +359,8 @@ def _build_base(image: Image) -> None:
     _forget_earlier(image)
 
 
-def _apt_source_files() -> list[Path]:
+def apt_source_files() -> list[Path]:
+    """The apt source files of this machine, which mmdebstrap builds use as their mirrors."""
     files = []
     for place in APT_SOURCES:
         if place.is_dir():

@@ -38,6 +38,13 @@ KUBERNETES_VERSION = "v1.35.4"
 # The staging modules (k8s.io/api, k8s.io/apiserver, ...) are tagged v0.<minor>.<patch>.
 _KUBERNETES_STAGING_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
 HELM_VERSION = "v3.22.0"
+# kind and what its node image runs besides Kubernetes (tests/bench/kind_node_image.py):
+# CoreDNS (the tag kubeadm v1.35 deploys) and the storage provisioner kind's images ship.
+KIND_VERSION = "v0.33.0"
+COREDNS_VERSION = "v1.13.1"
+LOCAL_PATH_PROVISIONER_VERSION = "v0.0.30"
+# crictl (kind load asks it for a node's images); the proxy refuses v1.35.x of cri-tools.
+CRICTL_VERSION = "v1.34.0"
 # MinIO tags releases as RELEASE.<date>, which is not semver, so Go knows its commits only
 # as pseudo-versions. The module proxy reachable here serves this one (master, February
 # 2026, after the last community release RELEASE.2025-10-15T17-29-55Z); older release
@@ -54,6 +61,9 @@ _KUBERNETES_COMMANDS = (
     "kubelet",
     "kube-proxy",
 )
+# kubeadm sets up a kind node; it gets a wrapper module of its own so that checkouts whose
+# list above differs do not re-tidy a shared module back and forth.
+_KUBEADM_COMMANDS = ("kubeadm",)
 
 
 class ProvisioningError(RuntimeError):
@@ -144,24 +154,24 @@ def _build_etcd(out: Path) -> None:
 # --- Kubernetes servers ---------------------------------------------------------------
 
 
-def _kubernetes_module() -> Path:
+def _kubernetes_module(commands: tuple[str, ...] = _KUBERNETES_COMMANDS, suffix: str = "") -> Path:
     """A wrapper module requiring k8s.io/kubernetes, with its staging modules pinned.
 
     k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
     ./staging/...; a module that depends on it has to replace each one with the
     published v0.<minor>.<patch> of the same release.
     """
-    module = cache_root() / "src" / f"kubernetes-{KUBERNETES_VERSION}"
+    module = cache_root() / "src" / f"kubernetes-{KUBERNETES_VERSION}{suffix}"
     module.mkdir(parents=True, exist_ok=True)
     # tidy keeps every requirement the commands need (the build tag hides the file from
     # builds while tidy still sees its imports). A cache made when fewer commands were
     # listed is tidied again, under a lock, since builds of several commands share it.
     tools = (
         "//go:build tools\n\npackage tools\n\nimport (\n"
-        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in _KUBERNETES_COMMANDS)
+        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in commands)
         + ")\n"
     )
-    with _build_lock(f"kubernetes-module-{KUBERNETES_VERSION}"):
+    with _build_lock(f"kubernetes-module-{KUBERNETES_VERSION}{suffix}"):
         go_mod = module / "go.mod"
         tools_go = module / "tools.go"
         if (
@@ -220,7 +230,11 @@ def _kubernetes_ldflags() -> str:
 
 def _kubernetes_builder(command: str) -> Callable[[Path], None]:
     def build(out: Path) -> None:
-        module = _kubernetes_module()
+        module = (
+            _kubernetes_module(_KUBEADM_COMMANDS, "-kubeadm")
+            if command in _KUBEADM_COMMANDS
+            else _kubernetes_module()
+        )
         _run_go(
             [
                 "build",
@@ -326,7 +340,7 @@ _BINARIES: dict[str, _Binary] = {
             _kubernetes_builder(name),
             _same_minor(KUBERNETES_VERSION, ["--version"], r"Kubernetes (v\S+)"),
         )
-        for name in ("kube-scheduler", "kube-proxy", "kubelet")
+        for name in ("kube-scheduler", "kube-proxy", "kubelet", "kubeadm")
     },
     "minio": _Binary(
         "minio",
@@ -343,6 +357,34 @@ _BINARIES: dict[str, _Binary] = {
             f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
         ),
         _same_minor(HELM_VERSION, ["version", "--short"], r"(v3\.\d+\.\d+)"),
+    ),
+    # kind's own Makefile stamps only the version; the node image it wants by default is
+    # irrelevant here (the bench always passes --image).
+    "kind": _Binary(
+        "kind",
+        KIND_VERSION,
+        _go_install_builder("sigs.k8s.io/kind", KIND_VERSION, "-s -w"),
+        lambda path: _output([str(path), "version"]).startswith(f"kind {KIND_VERSION} "),
+    ),
+    "coredns": _Binary(
+        "coredns",
+        COREDNS_VERSION,
+        _go_install_builder("github.com/coredns/coredns", COREDNS_VERSION, "-s -w"),
+        lambda path: False,  # only ever copied into an image: always the pinned build
+    ),
+    "crictl": _Binary(
+        "crictl",
+        CRICTL_VERSION,
+        _go_install_builder("sigs.k8s.io/cri-tools/cmd/crictl", CRICTL_VERSION, "-s -w"),
+        lambda path: False,
+    ),
+    "local-path-provisioner": _Binary(
+        "local-path-provisioner",
+        LOCAL_PATH_PROVISIONER_VERSION,
+        _go_install_builder(
+            "github.com/rancher/local-path-provisioner", LOCAL_PATH_PROVISIONER_VERSION, "-s -w"
+        ),
+        lambda path: False,
     ),
 }
 
@@ -381,15 +423,18 @@ def _build_lock(name: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _provision(name: str) -> tuple[Path, str]:
-    """The binary's path and how it was obtained ("cached", "reused", "built")."""
+def _provision(name: str, reuse: bool = True) -> tuple[Path, str]:
+    """The binary's path and how it was obtained ("cached", "reused", "built").
+
+    Without ``reuse`` a fitting binary on PATH is ignored: the pinned build is made.
+    """
     if name not in _BINARIES:
         raise KeyError(f"unknown test binary {name!r}; known: {', '.join(NAMES)}")
     binary = _BINARIES[name]
     final = cached_path(name)
     if final.is_file():
         return final, "cached"
-    elsewhere = _found_elsewhere(binary)
+    elsewhere = _found_elsewhere(binary) if reuse else None
     if elsewhere is not None:
         return elsewhere, "reused"
     with _build_lock(name):
@@ -412,6 +457,19 @@ def binary_path(name: str) -> Path:
     Raises :class:`ProvisioningError` when it is not available and cannot be built.
     """
     return _provision(name)[0]
+
+
+def module_source(module: str, version: str) -> Path:
+    """The folder of ``module@version`` in Go's module cache, downloaded from the proxy."""
+    scratch = Path(tempfile.gettempdir())
+    info = json.loads(_run_go(["mod", "download", "-json", f"{module}@{version}"], scratch))
+    return Path(info["Dir"])
+
+
+def pinned_path(name: str) -> Path:
+    """Path to the pinned version of ``name`` built from source (never one from PATH),
+    for what must be exactly that version, such as the binaries in a kind node image."""
+    return _provision(name, reuse=False)[0]
 
 
 def ensure_all(names: tuple[str, ...] = NAMES, report: bool = False) -> dict[str, Path]:
