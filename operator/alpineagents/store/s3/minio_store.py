@@ -141,6 +141,7 @@ from .slots import (
     encode_piece,
     merged_name,
     next_slot,
+    parse_header,
     parse_piece_name,
     plan_merge,
     slot_name,
@@ -159,7 +160,7 @@ _log = logging.getLogger(__name__)
 
 _INFO = "info.json"
 _LAYOUT = 2
-_READ_ATTEMPTS = 3  # a read re-lists when a merge deletes an object under it
+_READ_ATTEMPTS = 10  # a read re-lists when a merge deletes an object under it
 _CLAIM_ATTEMPTS = 5  # a take-over of what is saved now looks again when it loses a race
 _HEADER_BYTES = 64 << 10  # a ranged GET for a header: info is small
 
@@ -231,6 +232,7 @@ class MinioStore(Store):
         self._cached_bytes = 0
         self._merger: ThreadPoolExecutor | None = None
         self._merges: dict[str, Future[None]] = {}
+        self._merge_again: set[str] = set()
 
     @classmethod
     def connect(
@@ -701,6 +703,7 @@ class MinioStore(Store):
         folder = self._folder(state_id)
         self._ensure_bucket(deadline)
         damaged = f"State {state_id!r} in {self!r} is damaged"
+        seen: dict[str, tuple[Header, Lines]] = {}  # objects are immutable: kept across tries
         for _ in range(_READ_ATTEMPTS):
             got = self._get_doc(folder, deadline)
             if got is None:
@@ -724,7 +727,7 @@ class MinioStore(Store):
                             ),
                         )
                     return lines, dict(doc["info"])
-                chain = self._read_chain(folder, str(doc["incarnation"]), since, deadline)
+                chain = self._read_chain(folder, str(doc["incarnation"]), since, deadline, seen)
             except ValueError as error:
                 raise StateFormatError(f"{damaged}: {error}") from None
             if chain is None:
@@ -740,7 +743,12 @@ class MinioStore(Store):
         )
 
     def _read_chain(
-        self, folder: str, incarnation: str, since: int, deadline: float
+        self,
+        folder: str,
+        incarnation: str,
+        since: int,
+        deadline: float,
+        seen: dict[str, tuple[Header, Lines]],
     ) -> tuple[Lines, _Chain] | None:
         """The chain's entries and what a writer needs to know; None to read again."""
         covering = cover(self._list_pieces(folder, incarnation, deadline))
@@ -748,12 +756,12 @@ class MinioStore(Store):
             return None
         try:
             if since > 0:  # the newest object first: a follower usually needs only it
-                needed = self._fetch(covering[-1:], deadline)
+                needed = self._fetch(covering[-1:], deadline, seen)
                 if needed[0][0].first > since:
                     older = [p for p in covering[:-1] if not (p.merged and p.last < since)]
-                    needed = self._fetch(older, deadline) + needed
+                    needed = self._fetch(older, deadline, seen) + needed
             else:
-                needed = self._fetch(covering, deadline)
+                needed = self._fetch(covering, deadline, seen)
         except Vanished:
             return None
         lines: Lines = []
@@ -777,11 +785,18 @@ class MinioStore(Store):
         return lines, chain
 
     def _fetch(
-        self, pieces: builtins.list[Piece], deadline: float
+        self,
+        pieces: builtins.list[Piece],
+        deadline: float,
+        found: dict[str, tuple[Header, Lines]] | None = None,
     ) -> builtins.list[tuple[Header, Lines]]:
-        """Each piece's header and entries (from memory, else GET in parallel), in order."""
-        found: dict[str, tuple[Header, Lines]] = {}
+        """Each piece's header and entries (from ``found`` or memory, else GET in
+        parallel), in order; what it GETs goes into ``found``."""
+        if found is None:
+            found = {}
         for piece in pieces:
+            if piece.key in found:
+                continue
             cached = self._cached(piece.key)
             if cached is not None:
                 found[piece.key] = cached
@@ -825,8 +840,7 @@ class MinioStore(Store):
             if whole is None:
                 return None
             body = whole[0]
-        head = body[: body.index(b"\n") + 1]
-        return split_piece(key, head)[0] if head else None
+        return parse_header(key, body[: body.index(b"\n")])
 
     def _get_doc(self, folder: str, deadline: float) -> tuple[dict[str, Any], str] | None:
         key = folder + _INFO
@@ -859,7 +873,8 @@ class MinioStore(Store):
         with self._guard:
             running = self._merges.get(state_id)
             if running is not None and not running.done():
-                return  # the one running merges these slots too, or the next one will
+                self._merge_again.add(state_id)  # it merges once more when it is done
+                return
             if self._merger is None:
                 self._merger = ThreadPoolExecutor(1, thread_name_prefix="minio-store-merge")
             self._merges[state_id] = self._merger.submit(
@@ -873,10 +888,15 @@ class MinioStore(Store):
             wait_futures([running])
 
     def _merge_quietly(self, state_id: str, folder: str, incarnation: str) -> None:
-        try:
-            self._merge(folder, incarnation, self._objects.deadline())
-        except Exception as error:  # the saves succeeded; a later one starts a merge again
-            _log.warning("merging the slots of %r in %r failed: %s", state_id, self, error)
+        again = True
+        while again:
+            try:
+                self._merge(folder, incarnation, self._objects.deadline())
+            except Exception as error:  # the saves succeeded; a later one merges again
+                _log.warning("merging the slots of %r in %r failed: %s", state_id, self, error)
+            with self._guard:
+                again = state_id in self._merge_again
+                self._merge_again.discard(state_id)
 
     def _merge(self, folder: str, incarnation: str, deadline: float) -> None:
         prefix = f"{folder}h-{incarnation}/"
@@ -903,6 +923,7 @@ class MinioStore(Store):
             body = encode_piece(merged_header, (line for _, line in lines))
             key = prefix + merged_name(inputs[0].low, inputs[-1].high, first, newest.last)
             self._objects.put(key, body, deadline, retry=False)
+            self._keep(key, merged_header, lines, len(body))  # the next merge's input
             merged = Piece(key, inputs[0].low, inputs[-1].high, True, len(body), first, newest.last)
             listed = [*listed, merged]
             covering = cover(listed) or []

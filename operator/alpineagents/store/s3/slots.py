@@ -27,6 +27,7 @@ __all__ = [
     "encode_piece",
     "merged_name",
     "next_slot",
+    "parse_header",
     "parse_piece_name",
     "plan_merge",
     "slot_name",
@@ -112,13 +113,12 @@ def encode_piece(header: Header, lines: Iterable[bytes]) -> bytes:
     return b"".join([header.to_json(), b"\n", *(line + b"\n" for line in lines)])
 
 
-def split_piece(key: str, body: bytes) -> tuple[Header, list[tuple[int, bytes]]]:
-    """The header and the (seq, line) entries of an object; ``ValueError`` if damaged."""
-    head, _, rest = body.partition(b"\n")
+def parse_header(key: str, head: bytes) -> Header:
+    """The header of object ``key`` from its first line; ``ValueError`` if damaged."""
     try:
         raw = json.loads(head)
         info = raw["info"]
-        header = Header(
+        return Header(
             int(raw["first"]),
             int(raw["last"]),
             int(raw["epoch"]),
@@ -129,6 +129,12 @@ def split_piece(key: str, body: bytes) -> tuple[Header, list[tuple[int, bytes]]]
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"object {key} has no valid header ({error})") from None
+
+
+def split_piece(key: str, body: bytes) -> tuple[Header, list[tuple[int, bytes]]]:
+    """The header and the (seq, line) entries of an object; ``ValueError`` if damaged."""
+    head, _, rest = body.partition(b"\n")
+    header = parse_header(key, head)
     if rest and not rest.endswith(b"\n"):  # objects are written whole
         raise ValueError(f"object {key} ends mid-line (cut short)")
     lines = []
@@ -180,15 +186,17 @@ def cover(pieces: Iterable[Piece]) -> list[Piece] | None:
 def plan_merge(covering: list[Piece], cap: int) -> list[Piece]:
     """Which pieces at the end of a cover to merge into one (none: an empty list).
 
-    Size-tiered: the newest piece, then older ones while each is at most
-    ``MERGE_GROWTH`` times what is merged so far, and while the merged object stays under
-    ``cap`` bytes. So each entry is rewritten O(log n) times, a merge never writes more
-    than ``cap`` bytes, and a read needs about ``history / cap + log(cap)`` objects.
+    The single slots at the end all join; then, size-tiered, older pieces while each is
+    at most ``MERGE_GROWTH`` times what is merged so far and the merged object stays
+    under ``cap`` bytes. So each entry is rewritten O(log n) times, a merge writes at most
+    ``cap`` bytes (or the trailing slots, if they alone are more), and a read needs about
+    ``history / cap + log(cap)`` objects.
     """
-    if not covering:
-        return []
-    start = len(covering) - 1
-    merged = covering[start].size
+    start = len(covering)
+    merged = 0
+    while start > 0 and not covering[start - 1].merged:
+        start -= 1
+        merged += covering[start].size
     while start > 0:
         older = covering[start - 1].size
         if older > MERGE_GROWTH * merged or merged + older > cap:
