@@ -7,6 +7,8 @@ dropped on the way back.
 
 from __future__ import annotations
 
+import io
+import json
 import random
 import threading
 from collections.abc import Callable
@@ -16,8 +18,10 @@ from typing import Any
 import pytest
 import urllib3
 from minio import Minio
+from minio.error import S3Error
 
 from alpineagents import FileStore, Message, State
+from alpineagents.store import jsonl
 from alpineagents.store.s3 import (
     MinioStore,
     MissingBucketError,
@@ -463,6 +467,58 @@ def test_a_merge_by_a_fenced_writer_does_not_hide_the_new_owners_entries(s3: S3P
         resumed.send(f"new {step}")
         new.save(resumed)
     assert s3.store().load("run") == resumed
+
+
+# ------------------------------------------------------------------ layout 1
+def put_layout_1(s3: S3Place, state: State) -> str:
+    """Save ``state`` as MinioStore's layout 1 did (info.json rewritten at every save);
+    return the ETag of its info.json."""
+    client = s3.server.client()
+    record = state.to_record()
+    lines = jsonl.encode(record.entries)
+    last = len(record.entries) - 1
+    folder = f"runs/{state.id}/"
+    segment = f"{folder}h-abc/000000000000-{last:012d}-0000000001.jsonl"
+    client.put_object(s3.bucket, segment, io.BytesIO(lines), len(lines))
+    doc = {
+        "store": 1,
+        "incarnation": "abc",
+        "epoch": 1,
+        "writer": "w",
+        "committed": len(record.entries),
+        "segments": 1,
+        "info": record.info,
+        "nonce": "n",
+    }
+    body = json.dumps(doc).encode()
+    client.put_object(s3.bucket, folder + "info.json", io.BytesIO(body), len(body))
+    return str(client.stat_object(s3.bucket, folder + "info.json").etag)
+
+
+def test_a_layout_1_state_loads_and_its_first_write_converts_it(s3: S3Place) -> None:
+    state = new_state()
+    state.send("saved by an earlier version")
+    etag = put_layout_1(s3, state)
+    store = s3.store()
+    assert [saved.id for saved in store.list()] == ["run"]
+    loaded = store.load("run")
+    assert loaded == state
+    loaded.send("after the upgrade")
+    store.save(loaded)
+    loaded.send("and one more")
+    store.save(loaded)
+    assert s3.store().load("run") == loaded
+    assert not [key for key in s3.object_keys() if "/h-abc/" in key]  # layout 1 is gone
+    # A layout-1 writer still running is fenced: its If-Match on info.json fails.
+    with pytest.raises(S3Error, match="PreconditionFailed"):
+        s3.server.client()._execute(
+            "PUT", s3.bucket, "runs/run/info.json", body=b"{}", headers={"If-Match": etag}
+        )
+
+    other = new_state("other")
+    put_layout_1(s3, other)
+    assert s3.store().claim("other") == 2  # a claim converts it too
+    assert s3.store().load("other") == other
 
 
 # ------------------------------------------------------------------ outages
