@@ -206,8 +206,8 @@ def test_an_object_is_its_header_then_its_entries() -> None:
             encode_piece(Header(0, 1, 1, "t", {}, "save", True), [b'{"seq":0}'])[:-1],
             "cut short",
         ),
-        (encode_piece(Header(0, 1, 1, "t", {}, "save", True), [b'{"seq":0}']), "0..1"),
-        (encode_piece(Header(0, 0, 1, "t", {}, "save", True), [b'{"seq":3}']), "damaged"),
+        (encode_piece(Header(0, 1, 1, "t", {}, "save", True), [b'{"seq":0}']), "0..1, but"),
+        (encode_piece(Header(0, 0, 1, "t", {}, "save", True), [b'{"seq":3}']), r"\[3\]"),
     ],
 )
 def test_a_damaged_object_is_named(body: bytes, problem: str) -> None:

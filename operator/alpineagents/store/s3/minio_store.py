@@ -233,6 +233,7 @@ class MinioStore(Store):
         self._merger: ThreadPoolExecutor | None = None
         self._merges: dict[str, Future[None]] = {}
         self._merge_again: set[str] = set()
+        self._posts: set[str] = set()  # keys of fence posts merges met (kept for good)
 
     @classmethod
     def connect(
@@ -930,11 +931,15 @@ class MinioStore(Store):
         merged_away, slots = unneeded(listed, covering)
         doomed = [piece.key for piece in merged_away]
         for piece in slots:  # keep fence posts: they fence the writers of older epochs
+            if piece.key in self._posts:
+                continue
             header = (
                 got[piece.key][0] if piece.key in got else self._get_header(piece.key, deadline)
             )
             if header is not None and not header.post:
                 doomed.append(piece.key)
+            elif header is not None:
+                self._posts.add(piece.key)  # not read again by the next merge
         self._objects.remove(doomed, deadline, retry=False)
         self._forget(doomed)
 

@@ -136,7 +136,7 @@ def split_piece(key: str, body: bytes) -> tuple[Header, list[tuple[int, bytes]]]
     head, _, rest = body.partition(b"\n")
     header = parse_header(key, head)
     if rest and not rest.endswith(b"\n"):  # objects are written whole
-        raise ValueError(f"object {key} ends mid-line (cut short)")
+        raise ValueError(f"object {key} is not JSON lines: it ends mid-line (cut short)")
     lines = []
     for line in jsonl.complete_lines(rest):
         try:
@@ -144,9 +144,12 @@ def split_piece(key: str, body: bytes) -> tuple[Header, list[tuple[int, bytes]]]
         except (ValueError, TypeError, KeyError) as error:
             raise ValueError(f"object {key} is not JSON lines ({error})") from None
         lines.append((seq, line))
-    expected = list(range(header.first, header.last + 1))
-    if [seq for seq, _ in lines] != expected:
-        raise ValueError(f"object {key} should hold entries {header.first}..{header.last}: damaged")
+    seqs = [seq for seq, _ in lines]
+    if seqs != list(range(header.first, header.last + 1)):
+        raise ValueError(
+            f"object {key} should hold entries {header.first}..{header.last}, but holds "
+            f"{len(seqs)} ({seqs[:5]}...)"
+        )
     return header, lines
 
 
