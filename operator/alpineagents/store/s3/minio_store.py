@@ -891,17 +891,29 @@ class MinioStore(Store):
     def _merge_quietly(self, state_id: str, folder: str, incarnation: str) -> None:
         again = True
         while again:
+            chain = self._held.get(state_id)
+            if chain is None or chain.token is None or chain.fenced:
+                return  # no longer ours to merge
+            if chain.incarnation != incarnation:
+                return
             try:
-                self._merge(folder, incarnation, self._objects.deadline())
+                # Only slots whose create was answered: one whose answer was lost is
+                # checked by the next save, which must not find it merged by us.
+                self._merge(folder, incarnation, chain.slot, self._objects.deadline())
             except Exception as error:  # the saves succeeded; a later one merges again
                 _log.warning("merging the slots of %r in %r failed: %s", state_id, self, error)
             with self._guard:
                 again = state_id in self._merge_again
                 self._merge_again.discard(state_id)
 
-    def _merge(self, folder: str, incarnation: str, deadline: float) -> None:
+    def _merge(self, folder: str, incarnation: str, below: int, deadline: float) -> None:
+        """Merge the newest of slots ``0..below-1`` (see :func:`.slots.plan_merge`)."""
         prefix = f"{folder}h-{incarnation}/"
-        listed = self._list_pieces(folder, incarnation, deadline, retry=False)
+        listed = [
+            piece
+            for piece in self._list_pieces(folder, incarnation, deadline, retry=False)
+            if piece.high < below
+        ]
         covering = cover(listed)
         if not covering:
             return
