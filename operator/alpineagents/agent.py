@@ -242,11 +242,13 @@ class Agent:
             allowed = await self._permit(state, pending)
             if allowed:
                 runnable.append((pending, tool))
+                if state.approval(pending.id) is not None:
+                    state.mark_started(pending)  # from here on it may have run
             elif allowed is False:
                 state.add_result(
                     pending, "refused", "(refused: the permission check did not allow this call)"
                 )
-        await self._save(state)  # refusals and answers are saved before any tool runs
+        await self._save(state)  # refusals, answers and starts are saved before any tool runs
         await self._call_tools(state, runnable)
         if not state.pending_calls:
             state.join_waiting()

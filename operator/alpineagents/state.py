@@ -38,6 +38,7 @@ EntryKind = Literal[
     "tool_result",
     "permission",
     "approval_request",
+    "started",
     "compaction",
     "stop",
     "tools",
@@ -220,6 +221,10 @@ class State:
         self._results: dict[str, Entry] = {}
         self._asked: set[str] = set()
         self._answered: dict[str, bool] = {}
+        # Calls a person answered whose runs mark when they take them (``started``
+        # entries), and the calls they took: an answered call not taken never ran.
+        self._marked: set[str] = set()
+        self._started: set[str] = set()
         self._request_open = False
         self._waiting: list[tuple[int, Message]] = []
         self._lock = threading.RLock()
@@ -344,11 +349,33 @@ class State:
                     f"State {self.id!r} has no open tool call {call_id!r} (open calls: {open_ids})"
                 )
             word = "allowed" if allow else "refused"
+            # "marks_start": runs of this version add a ``started`` entry before they run
+            # the call, so a load tells a call that never ran from one that may have.
             return self.add(
                 "permission",
                 f"a person {word} {call.name}" + (f": {note}" if note else ""),
-                {"call_id": call_id, "allow": allow, "by": "person", "note": note},
+                {
+                    "call_id": call_id,
+                    "allow": allow,
+                    "by": "person",
+                    "note": note,
+                    "marks_start": True,
+                },
             )
+
+    def mark_started(self, call: ToolCall) -> Entry:
+        """Record that a run takes a call a person answered, before it runs it."""
+        return self.add("started", f"started: {call.name}", {"call_id": call.id})
+
+    def _never_started(self, call_id: str) -> bool:
+        """True for a call that certainly did not run: waiting for a person, or answered
+        by one and not taken by a run since. Histories from before ``started`` entries
+        say nothing of this, so their answered calls may have run."""
+        if call_id not in self._asked:
+            return False
+        return call_id not in self._answered or (
+            call_id in self._marked and call_id not in self._started
+        )
 
     # ----------------------------------------------------------------- the event log
     def add(
@@ -400,11 +427,16 @@ class State:
                 for b in reply.tool_uses
             }
             self._results, self._asked, self._answered = {}, set(), {}
+            self._marked, self._started = set(), set()
         elif kind == "approval_request":
             self._asked.add(data["call_id"])
         elif kind == "permission":
             if data.get("by") == "person":
                 self._answered[data["call_id"]] = bool(data["allow"])
+                if data.get("marks_start"):
+                    self._marked.add(data["call_id"])
+        elif kind == "started":
+            self._started.add(data["call_id"])
         elif kind == "tool_result":
             self._results[data["call_id"]] = entry
             if self._calls and not self.pending_calls:
@@ -473,8 +505,8 @@ class State:
                 text = MODEL_STOPPED if reason is None else aborted_text(reason)
                 self.add("model_error", text, {"error": text}, reason, time=time)
             for call in self.pending_calls:
-                if call.id in self._asked and call.id not in self._answered:
-                    continue  # never ran: it waits for a person, not for a result
+                if self._never_started(call.id):
+                    continue  # it waits for a person, or for the run a person let it have
                 content = UNKNOWN_RESULT if reason is None else aborted_text(reason)
                 self.add_result(call, "aborted", content, time=time)
             if not self.pending_calls:

@@ -109,7 +109,10 @@ def _digest(*parts: bytes | str | Path) -> str:
     digest = hashlib.sha256()
     for part in parts:
         if isinstance(part, Path):
-            digest.update(part.as_posix().encode() + b"\0")
+            # The name inside the checkout, not where the checkout is: every worktree of
+            # one machine shares the cache, and equal content must give equal images.
+            name = part.relative_to(REPO_ROOT) if part.is_relative_to(REPO_ROOT) else part.name
+            digest.update(str(name).encode() + b"\0")
             with part.open("rb") as handle:
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)

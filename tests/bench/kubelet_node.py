@@ -138,14 +138,15 @@ class KubeletNode:
 
     # ------------------------------------------------------------------ start
 
-    def start(self, images: list[Image]) -> None:
-        """Bring the node up with ``images`` loaded and wait until it is Ready."""
+    def start(self, images: list[Image], source: KubeletNode | None = None) -> None:
+        """Bring the node up with ``images`` loaded (from ``source``'s image store when
+        given, else from their archives) and wait until it is Ready."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.subnet.create()
         make_cgroup(self.cgroup)
         self._start_containerd(next(i for i in images if i.name == "pause"))
-        self.load_images(images)
+        self.load_images(images, source)
         self._write_kubelet_config()
         self._sysctls.save()
         self.start_kubelet()
@@ -170,9 +171,12 @@ class KubeletNode:
             raise ServerFailed(f"`{' '.join(command)}` failed: {result.stderr.strip()}")
         return result
 
-    def load_images(self, images: list[Image]) -> None:
-        """Import the image archives the node does not have yet, and remove the bench's
-        images whose archives left the cache (their content is then garbage-collected)."""
+    def load_images(self, images: list[Image], source: KubeletNode | None = None) -> None:
+        """Import the images the node does not have yet, and remove the bench's images
+        whose archives left the cache (their content is then garbage-collected).
+
+        With ``source`` they are copied from that node's store: the cache may have
+        dropped an archive since (another checkout's build replaced it)."""
         wanted = {_normalized(image.ref) for image in images}
         kept = wanted | {_normalized(ref) for ref in cached_refs()}
         present = set(self.ctr("images", "list", "--quiet").stdout.split())
@@ -180,8 +184,15 @@ class KubeletNode:
         if stale:
             self.ctr("images", "remove", *stale)
         for image in images:
-            if _normalized(image.ref) not in present:
-                self.ctr("images", "import", str(image.archive))
+            if _normalized(image.ref) in present:
+                continue
+            archive = image.archive
+            if source is not None:
+                archive = self.workdir / f"{image.name}.tar"
+                source.ctr("images", "export", str(archive), _normalized(image.ref))
+            self.ctr("images", "import", str(archive))
+            if source is not None:
+                archive.unlink()
 
     def _write_kubelet_config(self) -> None:
         config = {

@@ -100,7 +100,7 @@ class RealCluster:
             return self.nodes[name]
         node = _make_node(self.plane, 1, self.workdir)
         self.nodes[name] = node
-        node.start([self.images["pause"], self.images["alpineagents"]])
+        node.start([self.images["pause"], self.images["alpineagents"]], self.nodes["node-0"])
         return node
 
     def remove_node(self, name: str) -> None:

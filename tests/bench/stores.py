@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from alpineagents import FileStore, Store
+from alpineagents.store import Record
 from alpineagents.testing import MemoryStore
 from tests.bench.minio_server import S3Server
 
@@ -166,3 +167,26 @@ def _child_store(request: pytest.FixtureRequest, kind: str, store: Store) -> Chi
 def s3(request: pytest.FixtureRequest) -> S3Place:
     """A fresh bucket on the session MinIO, then on the session SeaweedFS."""
     return _s3_place(request, request.param)
+
+
+class AsyncMemory(Store):
+    """An async-only store (``awrite``/``aread`` and nothing else), kept in a dict."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, Record] = {}
+
+    async def awrite(
+        self,
+        state_id: str,
+        entries: list[dict[str, Any]],
+        info: dict[str, Any],
+        *,
+        create: bool = False,
+    ) -> None:
+        kept = self.records[state_id].entries if state_id in self.records else []
+        self.records[state_id] = Record(
+            kept + [e for e in entries if e["seq"] >= len(kept)], dict(info)
+        )
+
+    async def aread(self, state_id: str) -> Record | None:
+        return self.records.get(state_id)

@@ -176,3 +176,26 @@ def _sections(text: str) -> dict[str, str]:
 def _cell(text: str) -> str:
     """``text`` fit for one cell of a Markdown table."""
     return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def write_operator_part(header: str, sections: dict[str, str], page: Path = PAGE) -> None:
+    """Rewrite the operator side of the page (from :data:`OPERATOR_MARKER` on): ``header``,
+    then the ``sections`` this session ran; sections it did not run are kept as they were.
+    The runtime part above the marker is kept as it is."""
+    old = page.read_text(encoding="utf-8") if page.exists() else ""
+    runtime_part, operator_part = old, ""
+    if OPERATOR_MARKER in old:
+        runtime_part = old[: old.index(OPERATOR_MARKER)]
+        operator_part = old[old.index(OPERATOR_MARKER) + len(OPERATOR_MARKER) :]
+    kept = {
+        title: text
+        for title, text in _sections(operator_part).items()
+        if title.startswith("Real node: ")
+    }
+    kept.update(sections)
+    body = "\n".join(f"## {title}\n\n{text.strip()}\n" for title, text in kept.items())
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(
+        runtime_part.rstrip() + "\n\n" + OPERATOR_MARKER + "\n\n" + header.strip() + "\n\n" + body,
+        encoding="utf-8",
+    )

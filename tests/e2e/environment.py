@@ -19,6 +19,7 @@ credentials.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -34,6 +35,7 @@ from typing import Any
 import yaml
 
 from tests.bench.helm import Helm
+from tests.bench.tool_gate import ToolGate
 
 JSON = dict[str, Any]
 RELEASE = "e2e"
@@ -328,6 +330,41 @@ def wait_for_run(
             last = None if event["type"] == "DELETED" else event["object"]
             if until(last):
                 return last
+
+
+def wait_phase(env: Environment, name: str, phase: str, timeout: float = 300.0) -> JSON:
+    """The run's status once it is in ``phase``."""
+    return status(wait_for_run(env, name, in_phase(phase), phase, timeout))
+
+
+def ended(env: Environment, name: str) -> JSON:
+    """The status once the run has ended, Succeeded or Failed."""
+    run = wait_for_run(
+        env,
+        name,
+        lambda r: status(r).get("phase") in ("Succeeded", "Failed"),
+        "ended (Succeeded or Failed)",
+        300,
+    )
+    return status(run)
+
+
+def run_pods(env: Environment, name: str) -> list[JSON]:
+    """The pods of the run ``name``, live or not."""
+    listing = env.kubectl("get", "pods", "-l", f"alpineagents.dev/run={name}", "-o", "json")
+    return list(json.loads(listing.stdout)["items"])
+
+
+def gated(gate: ToolGate, step: str, then: str = "") -> str:
+    """A prompt whose one tool call is the gated shell command ``step``."""
+    command = gate.command(step, then)
+    return "Do the job.\nuse shell " + json.dumps({"command": command, "timeout": 1800})
+
+
+def secret_data(env: Environment, name: str) -> dict[str, str]:
+    """The decoded data of the Secret ``name`` in the chart's namespace."""
+    body = json.loads(env.kubectl("get", "secret", name, "-o", "json").stdout)
+    return {k: base64.b64decode(v).decode() for k, v in (body.get("data") or {}).items()}
 
 
 def wait_for_log(

@@ -20,7 +20,16 @@ import pytest
 import yaml
 
 from tests.bench.tool_gate import ToolGate
-from tests.e2e.environment import JSON, Environment, apply_run, status, wait_for_run
+from tests.e2e.environment import (
+    JSON,
+    Environment,
+    apply_run,
+    ended,
+    gated,
+    run_pods,
+    status,
+    wait_for_run,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -130,27 +139,6 @@ def run_name() -> str:
     return f"b-{uuid.uuid4().hex[:6]}"
 
 
-def ended(env: Environment, name: str) -> JSON:
-    """The status once the run has ended, Succeeded or Failed."""
-    run = wait_for_run(
-        env,
-        name,
-        lambda r: status(r).get("phase") in ("Succeeded", "Failed"),
-        "ended (Succeeded or Failed)",
-        300,
-    )
-    return status(run)
-
-
-def pods(env: Environment, name: str) -> list[JSON]:
-    listing = env.kubectl("get", "pods", "-l", f"alpineagents.dev/run={name}", "-o", "json")
-    return list(json.loads(listing.stdout)["items"])
-
-
-def gated(gate: ToolGate, step: str) -> str:
-    return "Do the job.\nuse shell " + json.dumps({"command": gate.command(step), "timeout": 1800})
-
-
 @pytest.fixture(scope="module")
 def gate(node_env: Environment, tool_gate: ToolGate) -> ToolGate:
     return tool_gate
@@ -221,7 +209,7 @@ def test_a_malformed_agentrun_is_turned_away_with_a_clear_message(
         assert turned_away["reason"] == bad.reason, turned_away
         assert bad.message in turned_away["message"], turned_away
         assert turned_away["phase"] == "Failed", turned_away
-        assert len(pods(node_env, name)) <= 1  # not retried: it would fail the same way
+        assert len(run_pods(node_env, name)) <= 1  # not retried: it would fail the same way
         if bad.hidden:
             said = json.dumps(turned_away) + node_env.operator_log()
             assert bad.hidden not in said, "a secret reached the status or the operator's log"
@@ -237,7 +225,7 @@ def test_a_name_at_the_length_limit_runs(
     apply_run(node_env, name, gated(gate, name))
     done = ended(node_env, name)
     assert done["phase"] == "Succeeded", done
-    assert [p["metadata"]["name"] for p in pods(node_env, name)] == [f"{name}-1"]
+    assert [p["metadata"]["name"] for p in run_pods(node_env, name)] == [f"{name}-1"]
     unharmed(node_env, run_alongside)
 
 

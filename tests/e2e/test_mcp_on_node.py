@@ -19,17 +19,18 @@ import pytest
 import yaml
 
 from tests.bench.mcp_server import MCPTestServer, header_digest
-from tests.e2e.environment import JSON, Environment, apply_run, in_phase, status, wait_for_run
+from tests.e2e.environment import (
+    JSON,
+    Environment,
+    apply_run,
+    wait_phase,
+)
 
 pytestmark = pytest.mark.e2e
 
 
 def run_name() -> str:
     return f"m-{uuid.uuid4().hex[:6]}"
-
-
-def wait_phase(env: Environment, name: str, phase: str) -> JSON:
-    return status(wait_for_run(env, name, in_phase(phase), phase, 300))
 
 
 def test_an_mcp_header_comes_from_a_secret_through_the_pod(

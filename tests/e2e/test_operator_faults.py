@@ -9,14 +9,21 @@ cannot be reached).
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
 
 from alpineagents.messages import Message
 from tests.bench.tool_gate import ToolGate
-from tests.e2e.environment import JSON, Environment, apply_run, in_phase, status, wait_for_run
+from tests.e2e.environment import (
+    Environment,
+    apply_run,
+    ended,
+    gated,
+    in_phase,
+    run_pods,
+    wait_for_run,
+)
 
 pytestmark = pytest.mark.e2e
 OPERATOR_PODS = "app.kubernetes.io/component=operator"
@@ -30,28 +37,6 @@ def gate(node_env: Environment, request: pytest.FixtureRequest) -> ToolGate:
 
 def run_name() -> str:
     return f"o-{uuid.uuid4().hex[:6]}"
-
-
-def gated(gate: ToolGate, step: str) -> str:
-    """A prompt whose one tool call is the gated shell command ``step``."""
-    return "Do the job.\nuse shell " + json.dumps({"command": gate.command(step), "timeout": 1800})
-
-
-def ended(env: Environment, name: str) -> JSON:
-    """The status once the run has ended, Succeeded or Failed."""
-    run = wait_for_run(
-        env,
-        name,
-        lambda r: status(r).get("phase") in ("Succeeded", "Failed"),
-        "ended (Succeeded or Failed)",
-        300,
-    )
-    return status(run)
-
-
-def pods(env: Environment, name: str) -> list[JSON]:
-    listing = env.kubectl("get", "pods", "-l", f"alpineagents.dev/run={name}", "-o", "json")
-    return list(json.loads(listing.stdout)["items"])
 
 
 def test_a_run_that_answered_and_lost_its_pod_unseen_succeeds_without_a_restart(
@@ -93,7 +78,7 @@ def test_a_run_that_answered_and_lost_its_pod_unseen_succeeds_without_a_restart(
     assert done["answer"].startswith("shell returned: exit code 0"), done
     assert f"{name} done" in done["answer"]
     assert done.get("restarts", 0) == 0 and done["attempt"] == 1, done
-    assert not pods(node_env, name)  # no replacement was started
+    assert not run_pods(node_env, name)  # no replacement was started
     assert gate.starts(name) == 1
 
 

@@ -22,9 +22,12 @@ from tests.e2e.environment import (
     JSON,
     Environment,
     apply_run,
+    gated,
     in_phase,
+    run_pods,
     status,
     wait_for_run,
+    wait_phase,
 )
 
 pytestmark = pytest.mark.e2e
@@ -39,21 +42,6 @@ def gate(node_env: Environment, request: pytest.FixtureRequest) -> ToolGate:
 
 def run_name() -> str:
     return f"r-{uuid.uuid4().hex[:6]}"
-
-
-def gated(gate: ToolGate, step: str, then: str = "") -> str:
-    """A prompt whose one tool call is the gated shell command ``step``."""
-    command = gate.command(step, then)
-    return "Do the job.\nuse shell " + json.dumps({"command": command, "timeout": 1800})
-
-
-def wait_phase(env: Environment, name: str, phase: str, timeout: float = 120.0) -> JSON:
-    return status(wait_for_run(env, name, in_phase(phase), phase, timeout))
-
-
-def pods(env: Environment, name: str) -> list[JSON]:
-    listing = env.kubectl("get", "pods", "-l", f"alpineagents.dev/run={name}", "-o", "json")
-    return list(json.loads(listing.stdout)["items"])
 
 
 def event_reasons(env: Environment, name: str) -> dict[str, str]:
@@ -104,7 +92,7 @@ def test_a_run_applied_with_kubectl_succeeds_with_its_answer_in_status(
     conditions = {c["type"]: c["status"] for c in done["conditions"]}
     assert conditions == {"Succeeded": "True", "Running": "False", "WaitingForApproval": "False"}
     assert gate.starts(name) == 1
-    assert [p["metadata"]["name"] for p in pods(node_env, name)] == [f"{name}-1"]
+    assert [p["metadata"]["name"] for p in run_pods(node_env, name)] == [f"{name}-1"]
     # The kubelet reports the phase once the pod is torn down, after the exit it acts on.
     node_env.kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", f"pod/{name}-1")
     row = node_env.kubectl("get", "agentrun", name).stdout.splitlines()[1]
@@ -173,7 +161,7 @@ def test_a_pod_oom_killed_by_its_memory_limit_resumes_and_the_call_is_closed_unk
         resources={"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}},
     )
     assert_resumed_once(node_env, gate, name, "unknown")
-    lost = next(p for p in pods(node_env, name) if p["metadata"]["name"] == f"{name}-1")
+    lost = next(p for p in run_pods(node_env, name) if p["metadata"]["name"] == f"{name}-1")
     [container] = lost["status"]["containerStatuses"]
     terminated = container["state"]["terminated"]
     assert terminated["reason"] == "OOMKilled" and terminated["exitCode"] == 137, terminated
@@ -191,7 +179,7 @@ def test_the_operators_pod_deleted_mid_run_comes_back_without_a_second_pod(
     gate.release(name)  # the run finishes while its operator is being replaced
     done = wait_phase(node_env, name, "Succeeded")
     assert done["answer"].startswith("shell returned: exit code 0")
-    assert [p["metadata"]["name"] for p in pods(node_env, name)] == [f"{name}-1"]
+    assert [p["metadata"]["name"] for p in run_pods(node_env, name)] == [f"{name}-1"]
     assert gate.starts(name) == 1
     node_env.kubectl(
         "wait", "--for=condition=Available", f"deployment/{node_env.operator}", "--timeout=120s"
@@ -210,7 +198,7 @@ def test_a_run_whose_node_is_lost_resumes_on_another_node(
             name = run_name()
             apply_run(node_env, name, gated(gate, name))
             gate.wait_started(name)
-            [first] = pods(node_env, name)
+            [first] = run_pods(node_env, name)
             assert first["spec"]["nodeName"] == doomed.name
             # The node dies (kubelet and containers killed, nothing saved) and its Node
             # is deleted, as a cloud provider does for a machine that is gone.
@@ -223,7 +211,7 @@ def test_a_run_whose_node_is_lost_resumes_on_another_node(
         done = status(wait_for_run(node_env, name, in_phase("Succeeded"), "Succeeded", 300))
         assert done["attempt"] == 2 and gate.starts(name) == 1
         assert done["answer"].startswith("shell failed: (unknown"), done["answer"]
-        [second] = [p for p in pods(node_env, name) if p["metadata"]["name"] == f"{name}-2"]
+        [second] = [p for p in run_pods(node_env, name) if p["metadata"]["name"] == f"{name}-2"]
         assert second["spec"]["nodeName"] == healthy
     finally:
         cluster.remove_node(doomed.name)

@@ -8,7 +8,6 @@ read; another run's State, and listing the store, are refused by the store (403)
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 
@@ -20,6 +19,7 @@ from tests.e2e.environment import (
     Environment,
     apply_run,
     in_phase,
+    secret_data,
     status,
     wait_for_run,
     wait_until_tool_runs,
@@ -54,11 +54,6 @@ print(json.dumps({
     "list_bucket": code(lambda: list(client.list_objects(where.bucket))),
 }))
 """
-
-
-def secret_data(env: Environment, name: str) -> dict[str, str]:
-    body = json.loads(env.kubectl("get", "secret", name, "-o", "json").stdout)
-    return {k: base64.b64decode(v).decode() for k, v in (body.get("data") or {}).items()}
 
 
 def operator_setting(env: Environment, key: str) -> str:

@@ -8,28 +8,25 @@ minted for the pod, so no pod is started).
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
 import yaml
 
-from tests.e2e.environment import JSON, Environment, apply_run, in_phase, status, wait_for_run
+from tests.e2e.environment import (
+    Environment,
+    apply_run,
+    run_pods,
+    status,
+    wait_for_run,
+    wait_phase,
+)
 
 pytestmark = pytest.mark.e2e
 
 
 def run_name() -> str:
     return f"f-{uuid.uuid4().hex[:6]}"
-
-
-def wait_phase(env: Environment, name: str, phase: str) -> JSON:
-    return status(wait_for_run(env, name, in_phase(phase), phase))
-
-
-def pods(env: Environment, name: str) -> list[JSON]:
-    listing = env.kubectl("get", "pods", "-l", f"alpineagents.dev/run={name}", "-o", "json")
-    return list(json.loads(listing.stdout)["items"])
 
 
 def test_a_malformed_agentrun_is_refused_or_fails_with_a_clear_message(e2e: Environment) -> None:
@@ -59,7 +56,7 @@ def test_a_malformed_agentrun_is_refused_or_fails_with_a_clear_message(e2e: Envi
     apply_run(e2e, name, "hi", resources={"limits": {"memory": "lots"}})
     failed = wait_phase(e2e, name, "Failed")
     assert failed["reason"] == "PodInvalid" and "quantities must match" in failed["message"]
-    assert not pods(e2e, name)
+    assert not run_pods(e2e, name)
 
 
 def test_an_exhausted_restart_budget_ends_failed(e2e: Environment) -> None:
@@ -101,4 +98,4 @@ def test_a_store_that_does_not_answer_keeps_the_run_pending_and_says_why(
     waiting = status(run)
     assert waiting.get("phase") in (None, "Pending")
     assert "did not answer" in waiting["message"]
-    assert not pods(e2e, name)
+    assert not run_pods(e2e, name)

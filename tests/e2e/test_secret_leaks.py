@@ -16,7 +16,6 @@ reach it there), so it needs the real node: it skips on a cluster of your own.
 
 from __future__ import annotations
 
-import base64
 import json
 import secrets
 import uuid
@@ -27,7 +26,7 @@ import pytest
 import yaml
 
 from alpineagents.testing import ModelServer, error, reply, tool_use
-from tests.e2e.environment import JSON, Environment, in_phase, status, wait_for_run
+from tests.e2e.environment import JSON, Environment, in_phase, secret_data, status, wait_for_run
 
 pytestmark = pytest.mark.e2e
 
@@ -155,11 +154,6 @@ def apply(env: Environment, name: str, prompt: str, spec: dict[str, Any]) -> Non
         "spec": {"model": "claude-sonnet-5", "prompt": prompt, "tools": ["shell"], **spec},
     }
     env.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
-
-
-def secret_data(env: Environment, name: str) -> dict[str, str]:
-    body = json.loads(env.kubectl("get", "secret", name, "-o", "json").stdout)
-    return {k: base64.b64decode(v).decode() for k, v in (body.get("data") or {}).items()}
 
 
 def everything_a_user_can_look_at(

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from alpineagents import Agent, FileStore, Message, Permissions, State, Store, tool
-from alpineagents.store import Record
+from alpineagents.state import UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, error, hold, reply, tool_use
 from tests.agents import interrupt_child
 from tests.bench import forked
-from tests.bench.stores import ChildStore
+from tests.bench.stores import AsyncMemory, ChildStore
 from tests.runtime.contract_tools import NO_SPACE, Watched, fail_once, has_kind
 
 STATE_ID = "nightly-report"
@@ -709,26 +709,6 @@ class TestWriteYourOwnStore:
     def test_an_async_only_store_runs_with_arun_and_run_says_so(
         self, model_server: ModelServer
     ) -> None:
-        class AsyncMemory(Store):
-            def __init__(self) -> None:
-                self.records: dict[str, Record] = {}
-
-            async def awrite(
-                self,
-                state_id: str,
-                entries: list[dict[str, Any]],
-                info: dict[str, Any],
-                *,
-                create: bool = False,
-            ) -> None:
-                kept = self.records[state_id].entries if state_id in self.records else []
-                self.records[state_id] = Record(
-                    kept + [e for e in entries if e["seq"] >= len(kept)], dict(info)
-                )
-
-            async def aread(self, state_id: str) -> Record | None:
-                return self.records.get(state_id)
-
         store = AsyncMemory()
         with pytest.raises(TypeError, match=r"async-only.*arun"):
             agent_for(store).run(new_state())
@@ -816,6 +796,56 @@ class TestSteps:
         model_server.add(reply("Deployed."))
         assert agent.run(loaded) == "Deployed."
         assert ran == ["prod"]
+
+    def test_an_approval_saved_elsewhere_is_run_once_and_a_kill_after_it_starts_aborts_it(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
+        ran: list[str] = []
+        left_by_a_kill: list[State] = []
+
+        @tool
+        def deploy(env: str) -> str:
+            """Deploys."""
+            ran.append(env)
+            left_by_a_kill.append(store.load("nightly-report"))  # a SIGKILL now leaves this
+            return f"deployed to {env}"
+
+        model_server.add(reply(tool_use("deploy", {"env": "prod"}, id="toolu_deploy")))
+        agent = agent_for(store, deploy, permissions=Permissions(ask=["deploy"]))
+        assert agent.run(new_state()) is None
+        person = store.load("nightly-report")  # `kubectl patch`, the CLI: another process
+        person.approve("toolu_deploy", True)
+        store.save(person)
+
+        resumed = store.load("nightly-report")  # the pod that runs it: a third process
+        assert resumed == store.load("nightly-report")
+        assert [c.id for c in resumed.pending_calls] == ["toolu_deploy"]  # not aborted: not run
+        assert not any(e.kind == "tool_result" for e in resumed.history)
+        model_server.add(reply("Deployed."))
+        assert agent.run(resumed) == "Deployed."
+        assert ran == ["prod"]
+        closed = [e for e in left_by_a_kill[0].history if e.kind == "tool_result"]
+        assert [(e.data["call_id"], e.outcome, e.data["content"]) for e in closed] == [
+            ("toolu_deploy", "aborted", UNKNOWN_RESULT)
+        ]
+
+    def test_an_approval_saved_by_an_older_version_may_have_run(
+        self, store: Store, model_server: ModelServer
+    ) -> None:
+        @tool
+        def deploy(env: str) -> str:
+            """Deploys."""
+            return f"deployed to {env}"
+
+        model_server.add(reply(tool_use("deploy", {"env": "prod"}, id="toolu_deploy")))
+        agent = agent_for(store, deploy, permissions=Permissions(ask=["deploy"]))
+        assert agent.run(new_state()) is None
+        person = store.load("nightly-report")
+        del person.approve("toolu_deploy", True).data["marks_start"]  # as versions before it
+        store.save(person)
+        loaded = store.load("nightly-report")
+        closed = [e for e in loaded.history if e.kind == "tool_result"]
+        assert [(e.data["call_id"], e.outcome) for e in closed] == [("toolu_deploy", "aborted")]
 
 
 def test_a_stream_dropped_mid_way_is_retried(tmp_path: Path, model_server: ModelServer) -> None:

@@ -21,7 +21,7 @@ from alpineagents.store import Record
 from alpineagents.store.encrypted import DecryptionError, EncryptedStore, Keyring
 from alpineagents.store.url import open_store
 from alpineagents.testing import MemoryStore, ModelServer, reply, tool_use
-from tests.bench.stores import TEST_KEYRING_TEXT, S3Place
+from tests.bench.stores import TEST_KEYRING_TEXT, AsyncMemory, S3Place
 
 MODEL = "claude-sonnet-5"
 
@@ -288,26 +288,6 @@ def test_open_store_wraps_with_encrypted_true(tmp_path: Path, s3: S3Place) -> No
 
 
 def test_an_async_only_store_can_be_wrapped(model_server: ModelServer) -> None:
-    class AsyncMemory(Store):
-        def __init__(self) -> None:
-            self.records: dict[str, Record] = {}
-
-        async def awrite(
-            self,
-            state_id: str,
-            entries: list[dict[str, Any]],
-            info: dict[str, Any],
-            *,
-            create: bool = False,
-        ) -> None:
-            kept = self.records[state_id].entries if state_id in self.records else []
-            self.records[state_id] = Record(
-                kept + [e for e in entries if e["seq"] >= len(kept)], dict(info)
-            )
-
-        async def aread(self, state_id: str) -> Record | None:
-            return self.records.get(state_id)
-
     inner = AsyncMemory()
     store = EncryptedStore(inner, keyring("k1"))
     assert store.is_async_only

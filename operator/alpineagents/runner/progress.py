@@ -33,6 +33,7 @@ _EVENTS = {
     "tool_result": "tool",
     "permission": "approval",
     "approval_request": "approval",
+    "started": "tool",
     "compaction": "compact",
     "stop": "stop",
 }

@@ -350,6 +350,11 @@ class Timeline:
             return self._asked(seq, text, data)
         if kind == "permission":
             return self._answered(seq, text, data, time)
+        if kind == "started" and str(data.get("call_id")) in self._calls:
+            call = self._calls[str(data.get("call_id"))]
+            call.seqs.append(seq)
+            call.status, call.start = "running", time  # the run took it: its time starts
+            return [call]
         if kind == "tool_result":
             return self._result(seq, text, data, time)
         if kind == "compaction":
