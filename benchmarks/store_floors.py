@@ -116,26 +116,37 @@ def minio_vs_put(server: Any, repeats: int) -> dict[str, Spread]:
 
 
 def minio_slowest_save(server: Any, steps: int, repeats: int) -> dict[str, Spread]:
-    """The slowest single save of a run to ``steps`` steps (3 one-entry saves a step)."""
+    """The slowest single save of a run to ``steps`` steps (3 one-entry saves a step),
+    next to the slowest of one raw ``put_object`` of the same line after each save: the
+    server's and the machine's own outliers, in the same run."""
     from .stores import minio_store
 
-    figures = {"ratio": Spread(), "slowest_ms": Spread(), "median_ms": Spread()}
+    figures = {
+        name: Spread()
+        for name in ("ratio", "slowest_ms", "median_ms", "put_ratio", "put_slowest_ms")
+    }
     for _ in range(repeats):
         bucket = server.fresh_bucket()
         store = minio_store(server, bucket)
+        raw = minio_store(server, bucket).client
         state = State("slowest", [Message.user("Summarise the nightly builds")])
         store.save(state)
-        times = []
+        times, puts = [], []
         for n in range(3 * steps):
-            add_entry(state, n)
+            line = line_of(add_entry(state, n))
             start = mark()
             store.save(state)
             times.append(since(start))
+            start = mark()
+            raw.put_object(bucket, f"raw/{n:06d}.jsonl", io.BytesIO(line), len(line))
+            puts.append(since(start))
         check_saved(minio_store(server, bucket), state)
         median = statistics.median(times)
         figures["ratio"].add(max(times) / median)
         figures["slowest_ms"].add(max(times) * 1000)
         figures["median_ms"].add(median * 1000)
+        figures["put_ratio"].add(max(puts) / statistics.median(puts))
+        figures["put_slowest_ms"].add(max(puts) * 1000)
     return figures
 
 

@@ -404,21 +404,25 @@ def test_damaged_and_foreign_objects_under_a_miniostore(
 
     (segment,) = [k for k in keys_of("torn") if k.endswith(".jsonl")]
     body = client.get_object(minio_bucket, segment).read()
-    put(segment, body[: len(body) // 2 + 10])  # the second entry, cut in the middle
+    put(segment, body[:-20])  # the second entry, cut in the middle
     put("runs/info-garbage/info.json", b"\x00garbage")
-    info_key = "runs/future/info.json"
-    doc = json.loads(client.get_object(minio_bucket, info_key).read())
-    put(info_key, json.dumps({**doc, "info": {**doc["info"], "v": 99}}).encode())
+    # The State's info is in the header line of its newest slot.
+    (slot,) = [k for k in keys_of("future") if k.endswith(".jsonl")]
+    head, rest = client.get_object(minio_bucket, slot).read().split(b"\n", 1)
+    header = json.loads(head)
+    header["info"]["v"] = 99
+    put(slot, json.dumps(header).encode() + b"\n" + rest)
     put("runs/notes.txt", b"not a State")
     put("runs/stray-folder/something", b"foreign")
     put(f"runs/good/h-{'0' * 8}/garbage", b"foreign inside a State")
     writer.save(State("short", [Message.user("one"), Message.user("two")]))
     (segment,) = [k for k in keys_of("short") if k.endswith(".jsonl")]
-    put(segment, client.get_object(minio_bucket, segment).read().split(b"\n")[0] + b"\n")
+    lines = client.get_object(minio_bucket, segment).read().split(b"\n")
+    put(segment, b"\n".join(lines[:2]) + b"\n")  # the header and the first entry
 
     expected = {
         "torn": (
-            r"State 'torn' .* is damaged: segment .* is not JSON lines",
+            r"State 'torn' .* is damaged: object .* is not JSON lines",
             "a segment cut in half",
         ),
         "info-garbage": (
@@ -427,7 +431,7 @@ def test_damaged_and_foreign_objects_under_a_miniostore(
         ),
         "future": (r"State 'future' was saved in format 99", "an unknown format version (99)"),
         "short": (
-            r"State 'short' .* is damaged: 2 entries are committed, but its segments lack 1",
+            r"State 'short' .* is damaged: object .* should hold entries 0..1, but holds 1",
             "a segment that lost its last entry",
         ),
     }

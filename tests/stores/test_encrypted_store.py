@@ -126,11 +126,14 @@ def test_the_files_of_an_encrypted_filestore_hold_no_plaintext(
 def test_the_objects_of_an_encrypted_s3_store_hold_no_plaintext(
     s3: S3Place, model_server: ModelServer
 ) -> None:
-    store = EncryptedStore(s3.store(merge_after=2), keyring("k1"))
+    inner = s3.store(merge_after=2)
+    store = EncryptedStore(inner, keyring("k1"))
     live = run_a_conversation(store, model_server)
     live.send("one more: Quetzalcoatl-payroll")
-    store.save(live)  # more segments, and a merge of them, all sealed
+    store.save(live)  # more slots, and merges of them, all sealed
+    inner.wait_for_merges()  # merges run in the background: read what they wrote
     raw = raw_object_bytes(s3)
+    assert any("/m-" in key for key in s3.object_keys())
     assert b"info.json" in raw and b".jsonl" in raw
     assert_no_plaintext(raw)
     loaded = store.load("payroll")

@@ -7,6 +7,8 @@ dropped on the way back.
 
 from __future__ import annotations
 
+import io
+import json
 import random
 import threading
 from collections.abc import Callable
@@ -16,8 +18,10 @@ from typing import Any
 import pytest
 import urllib3
 from minio import Minio
+from minio.error import S3Error
 
 from alpineagents import FileStore, Message, State
+from alpineagents.store import jsonl
 from alpineagents.store.s3 import (
     MinioStore,
     MissingBucketError,
@@ -33,6 +37,7 @@ class Sent:
     method: str
     url: str
     body: int  # bytes
+    thread: str = ""  # the name of the thread that sent it
 
 
 @dataclass
@@ -56,7 +61,7 @@ class Wire:
                     action()
                     break
             body = kw.get("body") or b""
-            self.sent.append(Sent(method, url, len(body)))
+            self.sent.append(Sent(method, url, len(body), threading.current_thread().name))
             response = original(method, url, *args, **kw)
             for index, matches in enumerate(self.drop_answer):
                 if matches(method, url):
@@ -257,32 +262,68 @@ def test_a_fenced_writer_is_refused_even_after_the_new_owner_merged(s3: S3Place)
     for step in range(12):
         resumed.send(f"step {step}")
         new.save(resumed)
+    new.wait_for_merges()
     state.send("zombie")
     with pytest.raises(StateFencedError):
         old.save(state)
     assert s3.store().load("run") == resumed
-    assert len(segment_keys(s3)) <= 4 + 1
+    # Merged: the two fence posts (each epoch's first slot), a few merged objects, and
+    # fewer than merge_after slots since the last merge.
+    assert len(segment_keys(s3)) <= 2 + 2 + 4
+
+
+def test_a_zombie_whose_lost_write_was_merged_away_is_still_refused(s3: S3Place) -> None:
+    """The one slot a merge may delete that a fenced writer targets: its own, after it
+    lost the answer. Its create then lands again, and the listing after it tells."""
+    old, wire = wired_store(s3, retry_budget=1.0)
+    state = new_state()
+    old.save(state)
+    state.send("landed, but the answer was lost in an outage")
+    wire.before += [(is_segment_put, lambda: None), (is_segment_put, s3.server.stop)]
+    wire.drop_answer.append(is_segment_put)
+    with pytest.raises(StoreUnavailableError):
+        old.save(state)
+    s3.server.start()
+
+    new = s3.store(merge_after=3)
+    resumed = new.load("run")
+    assert resumed == state  # what landed is saved, answer or not
+    for step in range(9):
+        resumed.send(f"step {step}")
+        new.save(resumed)
+    new.wait_for_merges()
+    slot_1 = [key for key in segment_keys(s3) if key.endswith("/s-000000000001.jsonl")]
+    assert not slot_1  # the zombie's slot is merged away: its key is free again
+
+    state.send("zombie")
+    with pytest.raises(StateFencedError):
+        old.save(state)
+    assert s3.store().load("run") == resumed
 
 
 # ------------------------------------------------------------------ interrupted saves
-def test_a_save_stopped_between_its_two_requests_is_invisible_then_repaired(
+def test_a_save_whose_answer_an_outage_took_is_recognised_and_continued(
     s3: S3Place,
 ) -> None:
     store, wire = wired_store(s3, retry_budget=1.0)
     state = new_state()
     store.save(state)
-    state.send("lost for now")
-    wire.before.append((is_info_put, s3.server.stop))  # the segment lands, then the outage
+    state.send("landed, answer lost")
+    # The slot lands, its answer is lost, and the server is gone before the retry.
+    wire.before += [(is_segment_put, lambda: None), (is_segment_put, s3.server.stop)]
+    wire.drop_answer.append(is_segment_put)
     with pytest.raises(StoreUnavailableError, match="budget of 1s"):
         store.save(state)
     s3.server.start()
 
     loaded = s3.store().load("run")
-    assert [m.text for m in loaded.messages] == ["Write the nightly report"]
-    assert len(segment_keys(s3)) == 2  # the orphan segment is there, and not read
+    assert [m.text for m in loaded.messages] == ["Write the nightly report", "landed, answer lost"]
 
-    store.save(state)  # the same State object sends what was not saved again
-    assert s3.store().load("run") == state
+    state.send("after the outage")
+    store.save(state)  # sends both again: the first is found in its own slot, not doubled
+    loaded = s3.store().load("run")
+    assert loaded == state
+    assert [e.seq for e in loaded.history] == list(range(len(state.history)))
 
 
 def test_a_lost_answer_to_a_conditional_put_is_recognised_as_our_own(s3: S3Place) -> None:
@@ -291,8 +332,8 @@ def test_a_lost_answer_to_a_conditional_put_is_recognised_as_our_own(s3: S3Place
     wire.drop_answer.append(is_info_put)  # the create lands; its answer never comes back
     store.save(state)  # retried: the 412 it gets is its own create
     state.send("next")
-    wire.drop_answer.append(is_info_put)
-    store.save(state)  # the same for a conditional update
+    wire.drop_answer.append(is_segment_put)
+    store.save(state)  # the same for the create of a slot
     state.send("after")
     store.save(state)
     assert s3.store().load("run") == state
@@ -357,47 +398,53 @@ def test_a_thousand_saves_load_in_a_few_requests(s3: S3Place) -> None:
         writer.save(state)
         per_save.append(write_wire.since(mark))
 
-    # The hot path: one segment PUT with just the new entry, one info PUT.
-    hot = [sent for sent in per_save if len(sent) == 2]
-    assert len(hot) >= 0.8 * len(per_save)
-    for sent in hot:
-        assert [is_segment_put(s.method, s.url) for s in sent] == [True, False]
-        assert is_info_put(sent[1].method, sent[1].url)
-        assert sent[0].body < 1000  # one ~300-byte entry, whatever the history's length
+    # Every save is one request: the create of one slot with just the new entry and
+    # the State's info. Merges run on a thread of their own, and the save does not wait.
+    here = threading.current_thread().name
+    own = [[s for s in sent if s.thread == here] for sent in per_save]
+    assert all(len(sent) == 1 for sent in own)
+    for (sent,) in own:
+        assert is_segment_put(sent.method, sent.url)
+        assert sent.body < 1500  # one ~300-byte entry and the info, whatever the length
 
+    writer.wait_for_merges()
     reader, read_wire = wired_store(s3)
     loaded = reader.load("run")
     assert loaded == state
     assert len(loaded.history) == 1000
-    # Bucket check, info, one listing, and at most about merge_after segments.
-    assert read_wire.count() <= 3 + 17
-    assert len(segment_keys(s3)) <= 17
+    # Bucket check, info, one listing, and a few merged objects and recent slots.
+    assert read_wire.count() <= 3 + 24
+    assert len(segment_keys(s3)) <= 24
 
 
 def test_a_merge_stopped_after_its_merged_segment_loses_nothing(s3: S3Place) -> None:
     store, wire = wired_store(s3, merge_after=6, retry_budget=1.0)
     state = new_state()
     store.save(state)
-    for step in range(5):
+    for step in range(4):
         state.send(f"step {step}")
         store.save(state)
     before = segment_keys(s3)
-    assert len(before) == 6
-    # The next save merges: its merged segment lands, the server goes before the delete.
+    assert len(before) == 5
+    # The next save starts a merge: its merged object lands, the server goes before the
+    # delete.
     wire.before.append((is_batch_delete, s3.server.stop))
     state.send("the save that merges")
-    store.save(state)  # the save itself succeeded; the merge fails quietly
+    store.save(state)
+    store.wait_for_merges()  # the save itself succeeded; the merge failed quietly
     s3.server.start()
 
     after = segment_keys(s3)
-    assert set(before) < set(after)  # old segments still there, next to the merged one
+    assert set(before) < set(after)  # old slots still there, next to the merged one
+    assert any("/m-" in key for key in after)
     loaded = s3.store().load("run")
     assert loaded == state
     assert [e.seq for e in loaded.history] == list(range(len(state.history)))
 
-    for step in range(4):  # a failed merge is tried again a few segments later
+    for step in range(6):  # merge_after saves later, a merge runs again and tidies up
         state.send(f"later {step}")
         store.save(state)
+    store.wait_for_merges()
     assert len(segment_keys(s3)) < len(after)
     assert s3.store().load("run") == state
 
@@ -420,6 +467,58 @@ def test_a_merge_by_a_fenced_writer_does_not_hide_the_new_owners_entries(s3: S3P
         resumed.send(f"new {step}")
         new.save(resumed)
     assert s3.store().load("run") == resumed
+
+
+# ------------------------------------------------------------------ layout 1
+def put_layout_1(s3: S3Place, state: State) -> str:
+    """Save ``state`` as MinioStore's layout 1 did (info.json rewritten at every save);
+    return the ETag of its info.json."""
+    client = s3.server.client()
+    record = state.to_record()
+    lines = jsonl.encode(record.entries)
+    last = len(record.entries) - 1
+    folder = f"runs/{state.id}/"
+    segment = f"{folder}h-abc/000000000000-{last:012d}-0000000001.jsonl"
+    client.put_object(s3.bucket, segment, io.BytesIO(lines), len(lines))
+    doc = {
+        "store": 1,
+        "incarnation": "abc",
+        "epoch": 1,
+        "writer": "w",
+        "committed": len(record.entries),
+        "segments": 1,
+        "info": record.info,
+        "nonce": "n",
+    }
+    body = json.dumps(doc).encode()
+    client.put_object(s3.bucket, folder + "info.json", io.BytesIO(body), len(body))
+    return str(client.stat_object(s3.bucket, folder + "info.json").etag)
+
+
+def test_a_layout_1_state_loads_and_its_first_write_converts_it(s3: S3Place) -> None:
+    state = new_state()
+    state.send("saved by an earlier version")
+    etag = put_layout_1(s3, state)
+    store = s3.store()
+    assert [saved.id for saved in store.list()] == ["run"]
+    loaded = store.load("run")
+    assert loaded == state
+    loaded.send("after the upgrade")
+    store.save(loaded)
+    loaded.send("and one more")
+    store.save(loaded)
+    assert s3.store().load("run") == loaded
+    assert not [key for key in s3.object_keys() if "/h-abc/" in key]  # layout 1 is gone
+    # A layout-1 writer still running is fenced: its If-Match on info.json fails.
+    with pytest.raises(S3Error, match="PreconditionFailed"):
+        s3.server.client()._execute(
+            "PUT", s3.bucket, "runs/run/info.json", body=b"{}", headers={"If-Match": etag}
+        )
+
+    other = new_state("other")
+    put_layout_1(s3, other)
+    assert s3.store().claim("other") == 2  # a claim converts it too
+    assert s3.store().load("other") == other
 
 
 # ------------------------------------------------------------------ outages
@@ -446,18 +545,21 @@ def test_an_outage_fails_a_save_within_the_budget_and_loses_nothing(s3: S3Place)
 
 
 # ------------------------------------------------------------------ reading, listing
-def test_list_reads_only_the_info_objects(s3: S3Place) -> None:
+def test_list_shows_each_states_newest_save_in_three_requests(s3: S3Place) -> None:
     writer = s3.store()
     for name in ["a", "b", "c"]:
         state = new_state(name)
         writer.save(state)
-        for step in range(3):
+        for step in range(3 if name != "b" else 5):
             state.send(f"{name} {step}")
             writer.save(state)
     reader, wire = wired_store(s3)
-    assert sorted(saved.id for saved in reader.list()) == ["a", "b", "c"]
-    assert not [s for s in wire.sent if ".jsonl" in s.url]
-    assert [s.method for s in wire.sent].count("GET") <= 1 + 1 + 3  # bucket, listing, infos
+    listed = {saved.id: saved for saved in reader.list()}
+    assert sorted(listed) == ["a", "b", "c"]
+    assert {saved.entries for saved in listed.values()} == {4, 6}
+    assert listed["b"].entries == 6
+    # The listing of States, then each State's info.json, listing, and newest header.
+    assert [s.method for s in wire.sent].count("GET") <= 1 + 3 * 3
 
 
 def test_delete_removes_every_object_of_the_id_only(s3: S3Place) -> None:
@@ -466,8 +568,13 @@ def test_delete_removes_every_object_of_the_id_only(s3: S3Place) -> None:
         store.save(new_state(name))
     store.delete("a")
     assert sorted(saved.id for saved in store.list()) == ["a/b", "ab"]
-    assert not [key for key in s3.object_keys() if key.startswith("runs/a/")]
+    # What stays is one empty slot that refuses a writer still saving "a".
+    (fence,) = [key for key in s3.object_keys() if key.startswith("runs/a/")]
+    body = s3.server.client().get_object(s3.bucket, fence).read()
+    assert body.count(b"\n") == 1 and b'"deleted"' in body and b"nightly" not in body
     assert [key for key in s3.object_keys() if key.startswith("runs/ab/")]
+    store.save(new_state("a", text="again"))  # a new State with the id removes it
+    assert fence not in s3.object_keys()
 
 
 def test_a_writer_of_a_deleted_state_cannot_bring_it_back(s3: S3Place) -> None:
@@ -524,7 +631,7 @@ def test_owners_taking_turns_with_zombies_and_lost_answers_keep_one_history(
     s3: S3Place,
 ) -> None:
     """Random but reproducible: stores take the State over in turn; the one replaced
-    keeps trying to save; answers to info PUTs get lost on the way back; merges run often."""
+    keeps trying to save; answers to slot PUTs get lost on the way back; merges run often."""
     rng = random.Random(20260301)
     stores = [wired_store(s3, merge_after=3) for _ in range(3)]
     first, _ = stores[0]
@@ -541,7 +648,7 @@ def test_owners_taking_turns_with_zombies_and_lost_answers_keep_one_history(
         for step in range(rng.randint(1, 6)):
             resumed.send(f"round {round_} step {step} by {successor}")
             if rng.random() < 0.3:
-                wire.drop_answer.append(is_info_put)
+                wire.drop_answer.append(is_segment_put)
             store.save(resumed)
             truth = resumed
         # The replaced owner is still alive and tries to save once more.

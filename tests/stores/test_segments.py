@@ -1,5 +1,5 @@
 """MinioStore's segment algebra, table-driven: (segments, committed, epoch) → what a read
-uses and what a merge does.
+uses (layout 1, which this version reads and converts but never writes).
 
 Segments are written ``"first-last@epoch"``. Rows are named after the situation a store
 meets: a save whose ``info.json`` PUT never happened, a fenced writer's leftovers, a
@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import pytest
 
 from alpineagents.store.s3.segments import (
-    MergePlan,
     Segment,
     checked_prefix,
     lines_of,
@@ -22,7 +21,6 @@ from alpineagents.store.s3.segments import (
     parse_lines,
     parse_segment_name,
     pick_entries,
-    plan_merge,
     segment_name,
 )
 
@@ -133,105 +131,6 @@ def test_a_read_picks_each_entry_once(row: PickRow) -> None:
     assert [line.decode() for _, line in pick_entries(pairs, row.committed)] == row.picked
 
 
-# ----------------------------------------------------------------------------- merges
-@dataclass
-class MergeRow:
-    name: str
-    listed: list[str]
-    committed: int
-    epoch: int
-    inputs: list[str]
-    span: tuple[int, int]
-    drop: list[str]
-
-
-MERGES = [
-    MergeRow("a single segment: nothing to merge", ["0-9@1"], 10, 1, [], (0, -1), []),
-    MergeRow(
-        "two segments of a size merge into one and are dropped",
-        ["0-9@1", "10-19@1"],
-        20,
-        1,
-        ["0-9@1", "10-19@1"],
-        (0, 19),
-        ["0-9@1", "10-19@1"],
-    ),
-    MergeRow(
-        "size-tiered: a big old segment stays out of a merge of small new ones",
-        ["0-99@1", "100-109@1", "110-119@1"],
-        120,
-        1,
-        ["100-109@1", "110-119@1"],
-        (100, 119),
-        ["100-109@1", "110-119@1"],
-    ),
-    MergeRow(
-        "the newest segment alone is no merge",
-        ["0-99@1", "100-100@1"],
-        101,
-        1,
-        [],
-        (0, -1),
-        [],
-    ),
-    MergeRow(
-        "an older segment reaching into the range joins it",
-        ["0-99@1", "90-94@2", "95-99@2"],
-        100,
-        2,
-        ["0-99@1", "90-94@2", "95-99@2"],
-        (0, 99),
-        ["0-99@1", "90-94@2", "95-99@2"],
-    ),
-    MergeRow(
-        "the merged range ends at committed; a segment reaching past it stays",
-        ["0-9@1", "10-19@1"],
-        15,
-        1,
-        ["0-9@1", "10-19@1"],
-        (0, 14),
-        ["0-9@1"],
-    ),
-    MergeRow(
-        "a fenced writer's leftovers past committed are dropped",
-        ["0-9@1", "10-12@1"],
-        10,
-        2,
-        [],
-        (0, -1),
-        ["10-12@1"],
-    ),
-    MergeRow(
-        "a segment held by a live one is dropped without a merge",
-        ["0-19@1", "0-9@1"],
-        20,
-        1,
-        [],
-        (0, -1),
-        ["0-9@1"],
-    ),
-    MergeRow(
-        "a newer owner's segments are never touched",
-        ["0-9@1", "10-19@1", "20-29@3"],
-        20,
-        1,
-        ["0-9@1", "10-19@1"],
-        (0, 19),
-        ["0-9@1", "10-19@1"],
-    ),
-]
-
-
-@pytest.mark.parametrize("row", MERGES, ids=[row.name for row in MERGES])
-def test_a_merge_plan(row: MergeRow) -> None:
-    plan = plan_merge([seg(text) for text in row.listed], row.committed, row.epoch)
-    assert isinstance(plan, MergePlan)
-    assert names(plan.inputs) == row.inputs
-    assert (plan.first, plan.last) == row.span
-    assert sorted(names(plan.drop)) == sorted(row.drop)
-
-
-# ----------------------------------------------------------------------------- names and lines
 @pytest.mark.parametrize(
     ("key", "segment"),
     [

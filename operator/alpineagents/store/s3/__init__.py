@@ -1,7 +1,8 @@
 """MinioStore: States in any S3-compatible object store (needs the ``minio`` extra).
 
 :mod:`.minio_store` holds the store (its docstring describes the layout, merging and
-fencing); :mod:`.segments` the pure algebra of its segments.
+fencing); :mod:`.slots` the pure algebra of its slots, :mod:`.objects` its requests, and
+:mod:`.legacy` with :mod:`.segments` the reading of layout 1.
 """
 
 from ...errors import MissingBucketError, StateFencedError, StoreUnavailableError

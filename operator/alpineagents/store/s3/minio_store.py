@@ -3,101 +3,90 @@
 Only plain S3 API calls are used (PUT/GET/HEAD/DELETE object, ListObjectsV2, DeleteObjects,
 and conditional PUTs with ``If-None-Match: *`` / ``If-Match: <etag>``), never MinIO-only ones.
 
-Layout
-------
+Layout (2)
+----------
 Under ``<prefix>`` (``""`` or ``"some/folder/"``) each State has a folder named by
 :func:`~alpineagents.store.base.encode_id` (no ``/``, ``..`` or NUL can reach out of it)::
 
-    <prefix><enc id>/info.json
-    <prefix><enc id>/h-<incarnation>/<first seq:012d>-<last seq:012d>-<epoch:010d>.jsonl
+    <prefix><enc id>/info.json                                  written once, at create
+    <prefix><enc id>/h-<incarnation>/s-<slot:012d>.jsonl        one a save
+    <prefix><enc id>/h-<incarnation>/m-<low>-<high>-<first>-<last>.jsonl   merged slots
 
-``info.json`` is the commit point, a small JSON document::
+``info.json`` (``{"store": 2, "incarnation": "…", "writer": "…"}``) says the State exists
+and which incarnation of its id is current. The history is a *chain* of slots 0, 1, 2, ...,
+each an immutable object: a header line (``first``/``last`` entry, ``epoch``, ``writer``
+token, the Store ``info`` of that save, ``kind``, ``post``), then its entries as JSON lines.
+A merged object holds what slots ``low..high`` held, with the header of slot ``high``.
 
-    {"store": 1, "incarnation": "…", "epoch": 3, "writer": "…", "committed": 120,
-     "segments": 7, "nonce": "…", "info": {…the Store info, kept as it is…}}
-
-Each ``.jsonl`` object is a *segment*: entries ``first..last`` of the history, one JSON
-line each. Segments are immutable: one key always holds the same bytes, because the same
-``(first, last, epoch)`` is only ever written by one writer from one history.
+A save is one request: ``PUT s-<next slot>`` with ``If-None-Match: *``. A slot number is
+taken once, by whoever creates it first, so the create is both the write and the fence.
+The State's info for ``list()`` is the header of its newest slot (no second object to
+rewrite per save).
 
 What a read sees
 ----------------
-``read`` GETs ``info.json``, lists ``h-<incarnation>/`` once, fetches the segments it needs
-in parallel, and keeps, for each seq below ``committed``, the entry of the segment with the
-highest epoch that holds it. Everything else is invisible:
-
-- segments of another incarnation (a create that lost its race, a deleted State's writer
-  that kept going, a create that crashed before its ``info.json``);
-- entries at or after ``committed`` (a save whose ``info.json`` PUT never happened);
-- for a seq below ``committed``, entries of lower epochs (a fenced writer's leftovers).
-
-Why the highest epoch is right: a writer only writes seqs at or after the ``committed``
-it saw when it claimed its epoch, and a claim is a compare-and-swap on ``info.json``, so a
-fenced writer's leftovers always sit at seqs the next owner has not committed yet, and once
-it commits them it does so with a higher epoch. Committed entries never change.
-
-Saves (the hot path)
---------------------
-A save PUTs one new segment with just the entries the store does not have (seqs below the
-``committed`` this store instance holds are skipped: they were sent again after a failure),
-then PUTs ``info.json`` with ``If-Match: <the ETag it wrote last>``. Two requests and
-O(new entries) bytes, whatever the history's length. A crash between the two leaves a
-segment past ``committed``: invisible, and the next save writes those entries again (the
-Agent resends what was not saved), in a segment of the same epoch with identical content.
-
-Creation
---------
-``create=True`` lists the id's folder (an existing ``info.json`` is refused at once, with
-nothing written), PUTs the segment of a fresh incarnation, then PUTs ``info.json`` with
-``If-None-Match: *``. Losing that race (412) deletes the segment again and raises
-``ValueError``. Either the whole State is visible or nothing is.
+``read`` GETs ``info.json``, lists ``h-<incarnation>/`` once and fetches, in parallel, the
+fewest objects that hold every slot from 0 to the highest (:func:`.slots.cover`). Every
+slot of the chain is visible as soon as its PUT succeeded; there is nothing uncommitted.
 
 Fencing: one writer per State
 -----------------------------
-``info.json`` carries an ``epoch`` and the random ``writer`` token of the store instance
-that owns it. Every ``info.json`` PUT is conditional on the ETag its writer saw last, and a
-random ``nonce`` in each version makes every version's ETag unique (no ABA).
+A writer writes slot ``k`` only after slots ``0..k-1``, so a slot it finds taken was taken
+by someone else: it raises :class:`StateFencedError`, and stays fenced (every later write
+of that id through this store instance raises too, until it loads the State again).
 
-- :meth:`MinioStore.claim` takes a State over: it writes ``epoch + 1`` with a new writer
-  token, ``If-Match`` the ETag it read. If this instance has read the State (``load``) and
-  not written it since, the claim is conditional on *that* read, and fails with
-  :class:`StateFencedError` if anyone wrote in between (load again). Otherwise it claims
-  whatever is saved now, retrying on races (the operator does this before starting a
-  replacement pod: the old pod's next save then fails).
-- A write by an instance that does not own the State claims it implicitly first (so
-  ``load`` in a new process, then saving, just works): one extra PUT, once. After a read,
-  that claim is conditional on the read, and it refuses entries that start before what
-  the read returned (they come from an older copy of the State).
-- A writer whose ``If-Match`` fails finds another writer's token in ``info.json`` and raises
-  :class:`StateFencedError`; its segment is invisible (past ``committed``, lower epoch). It
-  stays fenced: every later write of that id through this instance raises too, until it
-  loads the State again or calls :meth:`claim`.
-- A conditional PUT retried after a lost response may get 412 for its own success; the
-  store then GETs ``info.json`` and recognises its own writer token.
+- :meth:`MinioStore.claim` takes a State over by creating the next slot itself, a *claim*
+  slot (no entries, a new ``epoch`` and writer token). The old writer's next save targets
+  that slot, or one before it that the old writer wrote itself: refused either way. If this
+  instance has read the State (``load``) and not written it since, the claim is the slot
+  after what it read, so it fails with :class:`StateFencedError` if anyone wrote in between
+  (load again). Otherwise it claims whatever is saved now, retrying on races (the operator
+  does this before starting a replacement pod).
+- A write by an instance that does not own the State claims it on the way: its first slot
+  opens a new epoch, after the slot its read saw last (so ``load`` in a new process, then
+  saving, just works, in one request plus one listing). After a read, it refuses entries
+  that start before what the read returned (they come from an older copy of the State).
+- The first slot of each epoch is a *fence post*: merges keep it, so a fenced writer's
+  create of it is refused for as long as the State exists. Other slots may be deleted
+  once a merged object holds them; a writer can only target such a slot after losing the
+  answer to its own create, and then (a *checked* write) it lists the chain after its
+  create and finds that it lost.
+- A create retried after a lost answer gets 412 for its own success: the writer GETs the
+  slot and recognises its own token.
 
 Merging
 -------
-Each save adds a segment; ``info.json`` counts them. When a save leaves more than
-``merge_after`` (16) segments, the same save, after its two hot-path requests succeeded,
-merges the newest segments into one (size-tiered: an older segment joins while it is at
-most twice the size of what is merged so far, so each entry is rewritten O(log n) times and
-a load fetches at most about ``merge_after`` segments). The merged segment is PUT first,
-then the segments it covers are deleted, so a merge stopped at any point leaves every entry
-readable exactly once (a reader skips segments that a segment of at least the same epoch
-contains, and re-lists if one vanishes under it). A failed merge never fails the save; a
-save a few segments later tries again. Merges use the segments this instance wrote from
-memory (up to ``cache_bytes``) and GET only the others. A merging writer that has been
-fenced without knowing it yet is harmless: it only merges and deletes seqs it committed,
-which never change, and never touches segments of a newer epoch.
+Each save adds a slot. When ``merge_after`` (16) slots have been saved since the last
+merge, a background thread (never the save) merges the newest objects into one:
+size-tiered (an older object joins while it is at most twice the size of what is merged
+so far) and at most ``merge_bytes`` (1 MiB) per merged object, so each entry is rewritten
+O(log n) times and a load fetches about ``history / merge_bytes + merge_after + log``
+objects. The merged object is PUT first, then the objects it holds are deleted (except
+fence posts), so a merge stopped at any point leaves every slot readable (a read re-lists
+if an object vanishes under it). A failed merge is tried again ``merge_after`` saves
+later. Merges use the slots this instance wrote from memory (up to ``cache_bytes``) and
+GET only the others. :meth:`MinioStore.wait_for_merges` waits for this instance's.
 
-Deleting
+Creating and deleting
+---------------------
+``create=True`` lists the id's folder (an existing ``info.json`` is refused at once, with
+nothing written), PUTs slot 0 of a fresh incarnation, then ``info.json`` with
+``If-None-Match: *``. Losing that race deletes the slot again and raises ``ValueError``.
+Folders of incarnations without an ``info.json`` (a create that crashed between its PUTs,
+a deleted State's fence) are removed by the next create of that id.
+
+``delete`` first creates a *deleted* slot after the chain (a writer still saving the State
+finds it and raises ``LookupError``), then removes ``info.json`` and every other object of
+the id, except those of a State created again with that id meanwhile. That one small
+object stays, so the writer stays refused, until the id is created again.
+
+Layout 1
 --------
-``delete`` removes ``info.json`` first (from then on readers see nothing and the writer's
-next save raises ``LookupError``), then every object under the id's folder, except those
-of a State created again with that id meanwhile. Segments left by a create that crashed
-before its ``info.json`` are removed by the next create of that id, or by ``delete``.
-(A create racing a delete of the same id may lose its first segment: not supported, as
-two processes running one id are not.)
+States saved by earlier versions (an ``info.json`` with ``"store": 1``, rewritten at every
+save) are read as they are (:mod:`.legacy`). The first write or claim converts one: the
+whole history becomes slot 0 of a new incarnation, then ``info.json`` is replaced,
+``If-Match`` the version read (so a layout-1 writer still running is fenced), and the old
+segments are deleted. That costs one rewrite of the history, once per State.
 
 Timeouts and retries
 --------------------
@@ -116,26 +105,22 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
-import io
 import json
 import logging
-import random
 import secrets
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NoReturn
 from urllib.parse import unquote
 
 import urllib3
 from minio import Minio
 from minio.credentials.providers import Provider
-from minio.deleteobjects import DeleteObject
-from minio.error import InvalidResponseError, S3Error, ServerError
+from minio.error import S3Error
 
 from ... import collection
 from ...errors import (
@@ -146,19 +131,22 @@ from ...errors import (
     StoreUnavailableError,
 )
 from ..base import Record, StateInfo, Store, encode_id, exists_error, not_found_error
-from .segments import (
-    Lines,
-    Segment,
-    checked_prefix,
-    lines_bytes,
-    lines_of,
-    live_segments,
-    new_entries,
-    parse_lines,
-    parse_segment_name,
-    pick_entries,
+from . import legacy
+from .objects import FETCH_THREADS, BoundedPool, Objects, Vanished
+from .segments import Lines, checked_prefix, lines_of, new_entries
+from .slots import (
+    Header,
+    Piece,
+    cover,
+    encode_piece,
+    merged_name,
+    next_slot,
+    parse_header,
+    parse_piece_name,
     plan_merge,
-    segment_name,
+    slot_name,
+    split_piece,
+    unneeded,
 )
 
 __all__ = [
@@ -168,66 +156,31 @@ __all__ = [
     "StoreUnavailableError",
 ]
 
-T = TypeVar("T")
-
 _log = logging.getLogger(__name__)
 
 _INFO = "info.json"
-_LAYOUT = 1
-_FETCH_THREADS = 8
-_MIN_PART = 5 << 20  # S3's smallest multipart part; minio's put_object needs at least this
-_READ_ATTEMPTS = 3  # a read re-lists when a merge deletes a segment under it
-_TRANSIENT_CODES = {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"}
-
-# The deadline of the operation running on this thread, read by _BoundedPool.
-_operation = threading.local()
-
-
-class _BoundedPool(urllib3.PoolManager):
-    """A PoolManager whose socket timeouts never outlast the current operation's budget."""
-
-    def __init__(self, timeout: float, **options: Any) -> None:
-        super().__init__(
-            timeout=urllib3.Timeout(connect=timeout, read=timeout),
-            retries=False,  # MinioStore retries itself, knowing which requests are safe to
-            **options,
-        )
-        self._timeout = timeout
-
-    def urlopen(  # type: ignore[override]  # the signature of PoolManager.urlopen
-        self, method: str, url: str, redirect: bool = True, **kw: Any
-    ) -> urllib3.BaseHTTPResponse:
-        deadline: float | None = getattr(_operation, "deadline", None)
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise urllib3.exceptions.TimeoutError("the store's retry budget is spent")
-            wait = min(self._timeout, left)
-            kw["timeout"] = urllib3.Timeout(connect=wait, read=wait)
-        return super().urlopen(method, url, redirect=redirect, **kw)
+_LAYOUT = 2
+_READ_ATTEMPTS = 10  # a read re-lists when a merge deletes an object under it
+_CLAIM_ATTEMPTS = 5  # a take-over of what is saved now looks again when it loses a race
+_HEADER_BYTES = 64 << 10  # a ranged GET for a header: info is small
 
 
 @dataclass
-class _Held:
-    """What this store instance knows of one State: the info.json version it saw last."""
+class _Chain:
+    """What this store instance knows of one State's chain."""
 
-    doc: dict[str, Any]
-    etag: str
+    incarnation: str
+    slot: int  # the next slot to write
+    count: int  # entries in the chain
+    epoch: int
+    info: dict[str, Any] | None
     token: str | None = None  # our writer token, when this instance owns the State
     fenced: bool = False
-    merge_at: int = 0  # after a merge that could not shrink enough: wait for more segments
-
-    @property
-    def committed(self) -> int:
-        return int(self.doc["committed"])
-
-    @property
-    def epoch(self) -> int:
-        return int(self.doc["epoch"])
-
-    @property
-    def incarnation(self) -> str:
-        return str(self.doc["incarnation"])
+    checked: bool = False  # the next write lists the chain after its create (see fencing)
+    post: bool = False  # the next write opens an epoch: a fence post
+    since_read: bool = False  # a take-over conditional on a read: a write since fences us
+    unmerged: int = 0  # slots written since the last merge was started
+    legacy: tuple[dict[str, Any], str] | None = None  # a layout-1 info.json and its ETag
 
 
 class MinioStore(Store):
@@ -235,9 +188,10 @@ class MinioStore(Store):
 
     ``client`` is a ``minio.Minio`` client; :meth:`connect` builds one with bounded
     timeouts. ``retry_budget`` bounds every operation in seconds (see the module
-    docstring), ``merge_after`` is the segment count that triggers a merge,
-    ``create_bucket`` lets the store create a missing bucket, and ``cache_bytes`` bounds
-    the segments kept in memory for merging.
+    docstring), ``merge_after`` is the number of saves between background merges,
+    ``merge_bytes`` the largest object a merge writes, ``create_bucket`` lets the store
+    create a missing bucket, and ``cache_bytes`` bounds the slots kept in memory for
+    merging.
     """
 
     def __init__(
@@ -248,6 +202,7 @@ class MinioStore(Store):
         *,
         retry_budget: float = 10.0,
         merge_after: int = 16,
+        merge_bytes: int = 1 << 20,
         create_bucket: bool = True,
         cache_bytes: int = 8 << 20,
     ) -> None:
@@ -262,18 +217,23 @@ class MinioStore(Store):
         self.prefix = checked_prefix(prefix)
         self.retry_budget = float(retry_budget)
         self.merge_after = merge_after
+        self.merge_bytes = merge_bytes
         self.create_bucket = create_bucket
         self.cache_bytes = cache_bytes
         base = client._base_url
         self.endpoint = f"{'https' if base.is_https else 'http'}://{base.host}"
         """Where the store is, as ``scheme://host:port`` (no credentials)."""
+        self._objects = Objects(client, bucket, self.retry_budget, repr(self))
         self._bucket_ready = False
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, _Chain] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
-        self._cache: OrderedDict[str, Lines] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[Header, Lines]] = OrderedDict()
         self._cached_bytes = 0
-        self._pool: ThreadPoolExecutor | None = None
+        self._merger: ThreadPoolExecutor | None = None
+        self._merges: dict[str, Future[None]] = {}
+        self._merge_again: set[str] = set()
+        self._posts: set[str] = set()  # keys of fence posts merges met (kept for good)
 
     @classmethod
     def connect(
@@ -291,14 +251,15 @@ class MinioStore(Store):
         timeout: float = 5.0,
         retry_budget: float = 10.0,
         merge_after: int = 16,
+        merge_bytes: int = 1 << 20,
         create_bucket: bool = True,
     ) -> MinioStore:
         """A MinioStore with its own client: ``endpoint`` is ``host:port``.
 
         ``timeout`` bounds each socket wait (connect, or waiting for an answer), and
         ``retry_budget`` each whole operation. ``credentials`` (a ``minio`` credentials
-        provider) replaces the three keys, e.g. to follow files that get renewed. ``region`` set saves the bucket-location
-        request a client makes otherwise.
+        provider) replaces the three keys, e.g. to follow files that get renewed.
+        ``region`` set saves the bucket-location request a client makes otherwise.
         """
         client = Minio(
             endpoint,
@@ -316,6 +277,7 @@ class MinioStore(Store):
             prefix,
             retry_budget=retry_budget,
             merge_after=merge_after,
+            merge_bytes=merge_bytes,
             create_bucket=create_bucket,
         )
 
@@ -327,8 +289,8 @@ class MinioStore(Store):
         the running store operation's budget; it does not retry (the store does).
         ``options`` go to ``urllib3.PoolManager`` (e.g. ``ca_certs``).
         """
-        options.setdefault("maxsize", _FETCH_THREADS + 2)
-        return _BoundedPool(timeout, **options)
+        options.setdefault("maxsize", FETCH_THREADS + 2)
+        return BoundedPool(timeout, **options)
 
     def __repr__(self) -> str:
         return f"MinioStore('s3://{self.bucket}/{self.prefix}', endpoint={self.endpoint!r})"
@@ -349,108 +311,64 @@ class MinioStore(Store):
         *,
         create: bool = False,
     ) -> None:
-        deadline = self._deadline()
+        deadline = self._objects.deadline()
         folder = self._folder(state_id)
         with self._lock_of(state_id):
             self._ensure_bucket(deadline)
             if create:
                 self._create(state_id, folder, entries, info, deadline)
                 return
-            held = self._held.get(state_id)
-            if held is not None and held.fenced:
-                raise StateFencedError(_fenced(state_id, self))
-            if held is None or held.token is None:
-                held = self._take_over(state_id, held, deadline, entries=entries)
-            new = new_entries(state_id, entries, held.committed)
-            segments = int(held.doc.get("segments", 0))
-            if new:
-                self._put_segment(folder, held.incarnation, held.epoch, new, deadline)
-                segments += 1
-            self._commit(state_id, held, info, held.committed + len(new), segments, deadline)
-            if segments > max(self.merge_after, held.merge_at):
-                self._merge_quietly(state_id, held, deadline)
+            for _ in range(_CLAIM_ATTEMPTS):
+                chain = self._held.get(state_id)
+                if chain is not None and chain.fenced:
+                    raise StateFencedError(_fenced(state_id, self))
+                looked = chain is None  # takes over what is saved now, not what it read
+                if chain is None or chain.token is None:
+                    chain = self._take_over(state_id, chain, deadline, entries=entries)
+                first_of_epoch = chain.post
+                new = new_entries(state_id, entries, chain.count)
+                try:
+                    self._append(state_id, folder, chain, lines_of(new), info, deadline)
+                    break
+                except StateFencedError:
+                    if not (looked and first_of_epoch):
+                        raise
+                    self._hold(state_id, None)  # written since we looked: look again
+            else:
+                raise StoreUnavailableError(
+                    f"State {state_id!r} in {self!r} kept changing while it was saved"
+                )
+            if chain.unmerged >= self.merge_after:
+                chain.unmerged = 0
+                self._start_merge(state_id, folder, chain.incarnation)
 
     def read(self, state_id: str) -> Record | None:
-        deadline = self._deadline()
-        folder = self._folder(state_id)
-        self._ensure_bucket(deadline)
-        fetched: dict[str, Lines] = {}
-        for attempt in range(_READ_ATTEMPTS):
-            got = self._get_info(folder, deadline)
-            if got is None:
-                return None
-            doc, etag = got
-            committed = int(doc["committed"])
-            listed = self._list_segments(folder, str(doc["incarnation"]), deadline)
-            live = live_segments(listed, committed, int(doc["epoch"]))
-            damaged = f"State {state_id!r} in {self!r} is damaged"
-            try:
-                self._fetch(live, fetched, deadline)
-            except _Vanished:
-                continue  # a merge replaced a segment between our listing and our GET
-            except ValueError as error:
-                raise StateFormatError(f"{damaged}: {error}") from None
-            entries = pick_entries(((s, fetched[s.key]) for s in live), committed)
-            if len(entries) == committed:
-                self._remember_read(state_id, doc, etag)
-                with collection.paused():
-                    parsed = _entries(entries, damaged)
-                return Record(parsed, dict(doc["info"]))
-            if attempt == _READ_ATTEMPTS - 1:  # listed afresh each time: not a merge race
-                missing = sorted(set(range(committed)) - {seq for seq, _ in entries})
-                raise StateFormatError(
-                    f"{damaged}: {committed} entries are committed, but its segments lack "
-                    f"{len(missing)} of them (seqs {missing[:5]}...)"
-                )
-        raise StoreUnavailableError(
-            f"State {state_id!r} in {self!r} kept changing while it was read; try again"
-        )
+        got = self._read(state_id, since=0, remember=True)
+        if got is None:
+            return None
+        lines, info = got
+        damaged = f"State {state_id!r} in {self!r} is damaged"
+        with collection.paused():
+            return Record(_entries(lines, damaged), info)
 
     def read_since(self, state_id: str, seq: int) -> Record | None:
-        # One GET of info.json when nothing is new; else one LIST and the GETs of the
-        # segments that hold entries from ``seq`` on (after a merge, a bigger one).
-        # Unlike read, it does not count as a read a later claim is conditional on.
-        deadline = self._deadline()
-        folder = self._folder(state_id)
-        self._ensure_bucket(deadline)
-        fetched: dict[str, Lines] = {}
-        for attempt in range(_READ_ATTEMPTS):
-            got = self._get_info(folder, deadline)
-            if got is None:
-                return None
-            doc = got[0]
-            committed = int(doc["committed"])
-            if committed <= seq:
-                return Record([], dict(doc["info"]))
-            listed = self._list_segments(folder, str(doc["incarnation"]), deadline)
-            live = [s for s in live_segments(listed, committed, int(doc["epoch"])) if s.last >= seq]
-            try:
-                self._fetch(live, fetched, deadline)
-            except _Vanished:
-                continue
-            entries = [
-                (n, line)
-                for n, line in pick_entries(((s, fetched[s.key]) for s in live), committed)
-                if n >= seq
-            ]
-            if len(entries) == committed - seq or attempt == _READ_ATTEMPTS - 1:
-                return Record([json.loads(line) for _, line in entries], dict(doc["info"]))
-        raise StoreUnavailableError(
-            f"State {state_id!r} in {self!r} kept changing while it was read; try again"
-        )
+        # One GET of info.json, one listing, and the GETs of the newest objects, back to
+        # the one that holds ``seq``: following a long run costs what is new. Unlike read,
+        # it does not count as a read a later claim is conditional on.
+        got = self._read(state_id, since=seq, remember=False)
+        if got is None:
+            return None
+        lines, info = got
+        return Record([json.loads(line) for n, line in lines if n >= seq], info)
 
     def list(self) -> builtins.list[StateInfo]:
-        deadline = self._deadline()
+        deadline = self._objects.deadline()
         self._ensure_bucket(deadline)
-        folders = self._request(
-            "list States",
-            lambda: [
-                item.object_name
-                for item in self.client.list_objects(self.bucket, prefix=self.prefix)
-                if item.is_dir and item.object_name
-            ],
-            deadline,
-        )
+        folders = [
+            key
+            for key, _, is_dir in self._objects.list(self.prefix, deadline, recursive=False)
+            if is_dir
+        ]
         ids: dict[str, str] = {}
         for folder in folders:
             name = folder[len(self.prefix) :].rstrip("/")
@@ -458,34 +376,41 @@ class MinioStore(Store):
             with contextlib.suppress(ValueError):
                 if state_id and encode_id(state_id) == name:  # skip folders not made by us
                     ids[state_id] = folder
-        docs = self._in_parallel(
+        infos = self._objects.in_parallel(
             [functools.partial(self._listed_info, folder, deadline) for folder in ids.values()]
         )
-        infos = []
-        for state_id, got in zip(ids, docs, strict=True):
-            if got is not None and isinstance(got[0].get("info"), dict):
-                infos.append(StateInfo.from_info(state_id, got[0]["info"]))
+        listed = [
+            StateInfo.from_info(state_id, info)
+            for state_id, info in zip(ids, infos, strict=True)
+            if info is not None
+        ]
         oldest = datetime.min.replace(tzinfo=UTC)
-        return sorted(infos, key=lambda i: i.updated_at or oldest, reverse=True)
+        return sorted(listed, key=lambda i: i.updated_at or oldest, reverse=True)
 
     def delete(self, state_id: str) -> None:
-        deadline = self._deadline()
+        deadline = self._objects.deadline()
         folder = self._folder(state_id)
+        self._wait_merge(state_id)
         with self._lock_of(state_id):
             self._ensure_bucket(deadline)
-            # info.json first: from then on the State is gone for readers and writers.
-            self._request(
+            got = self._get_doc(folder, deadline)
+            keep: set[str] = set()
+            if got is not None and got[0].get("store") == _LAYOUT:
+                keep.add(self._plant_deleted(folder, str(got[0]["incarnation"]), deadline))
+            # info.json next: from then on the State is gone for readers and writers.
+            self._objects.request(
                 f"DELETE {folder}{_INFO}",
                 lambda: self.client.remove_object(self.bucket, folder + _INFO),
                 deadline,
             )
             self._hold(state_id, None)
-            keys = self._list_keys(folder, deadline, recursive=True)
-            again = self._get_info(folder, deadline)  # created again meanwhile: keep that one
+            keys = [key for key, _, _ in self._objects.list(folder, deadline)]
+            again = self._get_doc(folder, deadline)  # created again meanwhile: keep that one
             if again is not None:
-                keep = f"{folder}h-{again[0]['incarnation']}/"
-                keys = [k for k in keys if not k.startswith(keep) and k != folder + _INFO]
-            self._remove(keys, deadline)
+                kept_folder = f"{folder}h-{again[0]['incarnation']}/"
+                keys = [k for k in keys if not k.startswith(kept_folder) and k != folder + _INFO]
+            self._objects.remove([k for k in keys if k not in keep], deadline)
+            self._forget(keys)
 
     def ensure_bucket(self) -> None:
         """Create the bucket if it is missing (and ``create_bucket`` allows it).
@@ -494,7 +419,13 @@ class MinioStore(Store):
         (an operator with the store's key) before handing the store to those that may not
         (run pods with per-run credentials cannot create or even look at the bucket).
         """
-        self._ensure_bucket(self._deadline())
+        self._ensure_bucket(self._objects.deadline())
+
+    def wait_for_merges(self, timeout: float | None = None) -> None:
+        """Wait until the merges this store started in the background are done."""
+        with self._guard:
+            running = builtins.list(self._merges.values())
+        wait_futures(running, timeout=timeout)
 
     # ------------------------------------------------------------ fencing
     def claim(self, state_id: str) -> int:
@@ -506,90 +437,175 @@ class MinioStore(Store):
         had it is fenced, its next save raises :class:`StateFencedError`. Raises
         ``LookupError`` for an unknown id.
         """
-        deadline = self._deadline()
+        deadline = self._objects.deadline()
+        folder = self._folder(state_id)
         with self._lock_of(state_id):
             self._ensure_bucket(deadline)
-            held = self._held.get(state_id)
-            if held is not None and (held.token is not None or held.fenced):
-                held = None  # an explicit claim takes over anew
-            return self._take_over(state_id, held, deadline).epoch
+            chain = self._held.get(state_id)
+            if chain is not None and (chain.token is not None or chain.fenced):
+                chain = None  # an explicit claim takes over anew
+            for _ in range(_CLAIM_ATTEMPTS):
+                owned = self._take_over(state_id, chain, deadline)
+                if not owned.post:  # converted from layout 1: that was the claim
+                    return owned.epoch
+                try:  # the claim slot: the new epoch's fence post
+                    self._append(state_id, folder, owned, [], owned.info, deadline, kind="claim")
+                    return owned.epoch
+                except StateFencedError:
+                    if chain is not None:
+                        raise  # conditional on what this store read
+                    # written between our look and our claim: look again
+            raise StoreUnavailableError(
+                f"State {state_id!r} in {self!r} kept changing while it was claimed; try again"
+            )
 
     def _take_over(
         self,
         state_id: str,
-        seen: _Held | None,
+        seen: _Chain | None,
         deadline: float,
         entries: builtins.list[dict[str, Any]] | None = None,
-    ) -> _Held:
-        """Write epoch + 1 with a new writer token, conditional on the version seen."""
+    ) -> _Chain:
+        """A chain this instance owns, from the read ``seen`` (or what is saved now).
+
+        For layout 2 nothing is written yet: the next slot written opens the new epoch.
+        """
         folder = self._folder(state_id)
-        token = secrets.token_hex(8)
-        conditional = seen is not None  # on what this store read: a changed State is not ours
-        if seen is not None and entries and min(int(e["seq"]) for e in entries) < seen.committed:
+        since_read = seen is not None  # on what this store read: a changed State is not ours
+        if seen is not None and entries and min(int(e["seq"]) for e in entries) < seen.count:
             # A State that this store read has that many entries; these come from an
             # older copy of it, and writing them would mix two histories.
             raise StateFencedError(
-                f"State {state_id!r} in {self!r} has {seen.committed} entries, but these "
+                f"State {state_id!r} in {self!r} has {seen.count} entries, but these "
                 f"start at seq {entries[0]['seq']}: they come from an older copy of the "
                 f"State. Load it again to continue it."
             )
-        while True:
-            if seen is None:
-                got = self._get_info(folder, deadline)
-                if got is None:
-                    raise not_found_error(state_id, self)
-                seen = _Held(got[0], got[1])
-            doc = {**seen.doc, "epoch": seen.epoch + 1, "writer": token}
-            etag = self._put_info(folder, doc, deadline, if_match=seen.etag)
-            if etag is not None:
-                break
-            got = self._get_info(folder, deadline)
-            if got is None:
-                raise not_found_error(state_id, self)
-            if got[0].get("writer") == token:  # our own PUT, its answer was lost
-                doc, etag = got
-                break
-            if conditional:
-                raise StateFencedError(
-                    f"State {state_id!r} in {self!r} was written by another writer since "
-                    f"this store read it: load it again to continue it"
-                )
-            seen = _Held(got[0], got[1])  # someone claimed meanwhile: claim after them
-        held = _Held(doc, etag, token)
-        self._hold(state_id, held)
-        return held
+        chain = seen if seen is not None else self._learn(state_id, folder, deadline)
+        if chain.legacy is not None:
+            return self._convert(state_id, folder, chain, since_read, deadline)
+        owned = _Chain(
+            chain.incarnation,
+            chain.slot,
+            chain.count,
+            chain.epoch + 1,
+            chain.info,
+            token=secrets.token_hex(8),
+            checked=True,
+            post=True,
+            since_read=since_read,
+        )
+        self._hold(state_id, owned)
+        return owned
 
-    def _commit(
+    def _learn(self, state_id: str, folder: str, deadline: float) -> _Chain:
+        """The chain as it is saved now: info.json, one listing, the newest header."""
+        got = self._get_doc(folder, deadline)
+        if got is None:
+            raise not_found_error(state_id, self)
+        doc, etag = got
+        if doc.get("store") != _LAYOUT:
+            return _Chain(
+                str(doc["incarnation"]),
+                0,
+                int(doc["committed"]),
+                int(doc["epoch"]),
+                dict(doc["info"]),
+                legacy=(doc, etag),
+            )
+        incarnation = str(doc["incarnation"])
+        pieces = self._list_pieces(folder, incarnation, deadline)
+        if not pieces:
+            raise StateFormatError(f"State {state_id!r} in {self!r} has no slots: damaged")
+        newest = max(pieces, key=lambda p: (p.high, p.merged))
+        header = self._get_header(newest.key, deadline)
+        if header is None:  # merged away meanwhile: look again
+            return self._learn(state_id, folder, deadline)
+        return _Chain(incarnation, newest.high + 1, header.last + 1, header.epoch, header.info)
+
+    def _append(
         self,
         state_id: str,
-        held: _Held,
-        info: dict[str, Any],
-        committed: int,
-        segments: int,
+        folder: str,
+        chain: _Chain,
+        lines: Lines,
+        info: dict[str, Any] | None,
         deadline: float,
+        *,
+        kind: str = "save",
     ) -> None:
-        folder = self._folder(state_id)
-        for _ in range(3):
-            doc = {**held.doc, "committed": committed, "segments": segments, "info": info}
-            etag = self._put_info(folder, doc, deadline, if_match=held.etag)
-            if etag is not None:
-                held.doc, held.etag = doc, etag
-                return
-            got = self._get_info(folder, deadline)
-            if got is None:
-                self._hold(state_id, None)
-                raise StateNotFoundError(
-                    f"no saved State with id {state_id!r} in {self!r} (it was deleted while saved)"
+        """Create the next slot with ``lines`` (entries ``chain.count`` on) and ``info``."""
+        assert chain.token is not None
+        prefix = f"{folder}h-{chain.incarnation}/"
+        while True:
+            slot = chain.slot
+            key = prefix + slot_name(slot)
+            header = Header(
+                chain.count,
+                chain.count + len(lines) - 1,
+                chain.epoch,
+                chain.token,
+                info,
+                kind,
+                chain.post,
+            )
+            body = encode_piece(header, (line for _, line in lines))
+            try:
+                created = self._objects.put_conditional(
+                    key, body, deadline, content_type="application/x-ndjson"
                 )
-            if got[0].get("writer") != held.token or got[0].get("incarnation") != (
-                held.incarnation
-            ):
-                held.fenced = True
-                raise StateFencedError(_fenced(state_id, self))
-            # Our own earlier PUT landed though its answer was lost: go on from it.
-            held.doc, held.etag = got
-            committed = max(committed, held.committed)
-        raise StoreUnavailableError(f"State {state_id!r} in {self!r}: info.json kept changing")
+            except BaseException:
+                chain.checked = True  # it may have landed: the next write makes sure
+                raise
+            if created is None:
+                theirs = self._get_header(key, deadline)
+                if theirs is None or theirs.writer != chain.token:
+                    self._refused(state_id, chain, theirs)
+                # Our own create, its answer lost (now, or in a save that failed).
+                self._advance(chain, theirs)
+                lines = [(seq, line) for seq, line in lines if seq > theirs.last]
+                if not lines and theirs.info == info:
+                    return
+                continue
+            if chain.checked:
+                listed = self._list_pieces(folder, chain.incarnation, deadline)
+                if any(p.high > slot or (p.merged and p.high == slot) for p in listed):
+                    # A merge had deleted this slot: ours is a copy nobody reads.
+                    self._refused(state_id, chain, None)
+            self._advance(chain, header)
+            chain.unmerged += 1
+            self._keep(key, header, lines, len(body))
+            return
+
+    def _advance(self, chain: _Chain, header: Header) -> None:
+        chain.slot += 1
+        chain.count = header.last + 1
+        chain.info = header.info
+        chain.checked = chain.post = chain.since_read = False
+
+    def _refused(self, state_id: str, chain: _Chain, theirs: Header | None) -> NoReturn:
+        """Someone else holds the slot this instance meant to write: it is fenced."""
+        chain.fenced = True
+        if theirs is not None and theirs.kind == "deleted":
+            self._hold(state_id, None)
+            raise StateNotFoundError(
+                f"no saved State with id {state_id!r} in {self!r} (it was deleted while saved)"
+            )
+        if chain.since_read:
+            raise StateFencedError(
+                f"State {state_id!r} in {self!r} was written by another writer since "
+                f"this store read it: load it again to continue it"
+            )
+        raise StateFencedError(_fenced(state_id, self))
+
+    def _plant_deleted(self, folder: str, incarnation: str, deadline: float) -> str:
+        """Create a *deleted* slot after the chain: a writer still saving finds it."""
+        prefix = f"{folder}h-{incarnation}/"
+        for _ in range(5):
+            key = prefix + slot_name(next_slot(self._list_pieces(folder, incarnation, deadline)))
+            header = Header(0, -1, 0, secrets.token_hex(8), None, "deleted", True)
+            if self._objects.put_conditional(key, encode_piece(header, []), deadline):
+                return key
+        raise StoreUnavailableError(f"{self!r}: the State in {folder} kept growing while deleted")
 
     # ------------------------------------------------------------ create
     def _create(
@@ -600,105 +616,351 @@ class MinioStore(Store):
         info: dict[str, Any],
         deadline: float,
     ) -> None:
-        present = self._list_keys(folder, deadline, recursive=False)
+        present = [key for key, _, _ in self._objects.list(folder, deadline, recursive=False)]
         if folder + _INFO in present:
             raise exists_error(state_id, self)
-        new = new_entries(state_id, entries, 0)
+        lines = lines_of(new_entries(state_id, entries, 0))
         incarnation, token = secrets.token_hex(8), secrets.token_hex(8)
-        written = [self._put_segment(folder, incarnation, 1, new, deadline)] if new else []
-        doc: dict[str, Any] = {
-            "store": _LAYOUT,
-            "incarnation": incarnation,
-            "epoch": 1,
-            "writer": token,
-            "committed": len(new),
-            "segments": len(written),
-            "info": info,
-        }
-        etag = self._put_info(folder, doc, deadline, if_none_match=True)
-        if etag is None:
-            got = self._get_info(folder, deadline)
+        key = f"{folder}h-{incarnation}/{slot_name(0)}"
+        header = Header(0, len(lines) - 1, 1, token, info, "save", True)
+        body = encode_piece(header, (line for _, line in lines))
+        self._objects.put(key, body, deadline)
+        doc = {"store": _LAYOUT, "incarnation": incarnation, "writer": token}
+        if self._objects.put_conditional(folder + _INFO, _doc_bytes(doc), deadline) is None:
+            got = self._get_doc(folder, deadline)
             if got is None or got[0].get("writer") != token:
                 with contextlib.suppress(Exception):  # invisible anyway; delete is tidiness
-                    self._remove(written, deadline)
+                    self._objects.remove([key], deadline)
                 raise exists_error(state_id, self)
-            doc, etag = got  # our own PUT, its answer was lost
-        self._hold(state_id, _Held(doc, etag, token))
-        # Folders of incarnations that never got their info.json (a create that crashed
-        # between its two PUTs): invisible, removed now that this one owns the id.
+            # our own PUT, its answer was lost
+        chain = _Chain(incarnation, 1, len(lines), 1, info, token=token, unmerged=1)
+        self._hold(state_id, chain)
+        self._keep(key, header, lines, len(body))
+        # Folders of incarnations without an info.json (a create that crashed between its
+        # two PUTs, a deleted State's fence): invisible, removed now that this one owns it.
         orphans = [k for k in present if k.startswith(folder + "h-")]
         if orphans:
             with contextlib.suppress(Exception):
                 keys = []
                 for orphan in orphans:
-                    keys += self._list_keys(orphan, deadline, recursive=True)
-                self._remove(keys, deadline)
+                    keys += [k for k, _, _ in self._objects.list(orphan, deadline)]
+                self._objects.remove(keys, deadline)
+
+    def _convert(
+        self, state_id: str, folder: str, seen: _Chain, since_read: bool, deadline: float
+    ) -> _Chain:
+        """Convert a layout-1 State to layout 2 (see the module docstring), as its owner."""
+        assert seen.legacy is not None
+        doc, etag = seen.legacy
+        for _ in range(_CLAIM_ATTEMPTS):
+            lines = legacy.read_lines(self._objects, folder, doc, deadline)
+            if lines is None:
+                continue  # a layout-1 merge raced the read
+            incarnation, token = secrets.token_hex(8), secrets.token_hex(8)
+            epoch = int(doc["epoch"]) + 1
+            key = f"{folder}h-{incarnation}/{slot_name(0)}"
+            info = dict(doc["info"])
+            header = Header(0, len(lines) - 1, epoch, token, info, "save", True)
+            self._objects.put(key, encode_piece(header, (line for _, line in lines)), deadline)
+            new_doc = {"store": _LAYOUT, "incarnation": incarnation, "writer": token}
+            if self._objects.put_conditional(
+                folder + _INFO, _doc_bytes(new_doc), deadline, if_match=etag
+            ) is not None or self._writer_is(folder, token, deadline):
+                break
+            with contextlib.suppress(Exception):
+                self._objects.remove([key], deadline)
+            got = self._get_doc(folder, deadline)
+            if got is None:
+                raise not_found_error(state_id, self)
+            if since_read:
+                raise StateFencedError(
+                    f"State {state_id!r} in {self!r} was written by another writer since "
+                    f"this store read it: load it again to continue it"
+                )
+            if got[0].get("store") == _LAYOUT:  # someone converted it meanwhile
+                return self._take_over(state_id, None, deadline)
+            doc, etag = got
+        else:
+            raise StoreUnavailableError(
+                f"State {state_id!r} in {self!r} kept changing while it was converted"
+            )
+        with contextlib.suppress(Exception):  # the layout-1 segments nobody reads now
+            old = f"{folder}h-{doc['incarnation']}/"
+            self._objects.remove([k for k, _, _ in self._objects.list(old, deadline)], deadline)
+        chain = _Chain(incarnation, 1, len(lines), epoch, info, token=token)
+        self._hold(state_id, chain)
+        return chain
+
+    def _writer_is(self, folder: str, token: str, deadline: float) -> bool:
+        got = self._get_doc(folder, deadline)  # our own PUT, its answer lost?
+        return got is not None and got[0].get("writer") == token
+
+    # ------------------------------------------------------------ reading
+    def _read(
+        self, state_id: str, *, since: int, remember: bool
+    ) -> tuple[Lines, dict[str, Any]] | None:
+        """The entries (all, or from seq ``since`` on, give or take) and the info."""
+        deadline = self._objects.deadline()
+        folder = self._folder(state_id)
+        self._ensure_bucket(deadline)
+        damaged = f"State {state_id!r} in {self!r} is damaged"
+        seen: dict[str, tuple[Header, Lines]] = {}  # objects are immutable: kept across tries
+        for _ in range(_READ_ATTEMPTS):
+            got = self._get_doc(folder, deadline)
+            if got is None:
+                return None
+            doc, etag = got
+            try:
+                if doc.get("store") != _LAYOUT:
+                    lines = legacy.read_lines(self._objects, folder, doc, deadline)
+                    if lines is None:
+                        continue
+                    if remember:
+                        self._remember_read(
+                            state_id,
+                            _Chain(
+                                str(doc["incarnation"]),
+                                0,
+                                len(lines),
+                                int(doc["epoch"]),
+                                dict(doc["info"]),
+                                legacy=(doc, etag),
+                            ),
+                        )
+                    return lines, dict(doc["info"])
+                chain = self._read_chain(folder, str(doc["incarnation"]), since, deadline, seen)
+            except ValueError as error:
+                raise StateFormatError(f"{damaged}: {error}") from None
+            if chain is None:
+                continue  # a merge replaced an object between our listing and our GET
+            lines, read = chain
+            if read.info is None:
+                raise StateFormatError(f"{damaged}: its newest slot has no info")
+            if remember:
+                self._remember_read(state_id, read)
+            return lines, read.info
+        raise StoreUnavailableError(
+            f"State {state_id!r} in {self!r} kept changing while it was read; try again"
+        )
+
+    def _read_chain(
+        self,
+        folder: str,
+        incarnation: str,
+        since: int,
+        deadline: float,
+        seen: dict[str, tuple[Header, Lines]],
+    ) -> tuple[Lines, _Chain] | None:
+        """The chain's entries and what a writer needs to know; None to read again."""
+        covering = cover(self._list_pieces(folder, incarnation, deadline))
+        if not covering:
+            return None
+        try:
+            if since > 0:  # the newest object first: a follower usually needs only it
+                needed = self._fetch(covering[-1:], deadline, seen)
+                if needed[0][0].first > since:
+                    older = [p for p in covering[:-1] if not (p.merged and p.last < since)]
+                    needed = self._fetch(older, deadline, seen) + needed
+            else:
+                needed = self._fetch(covering, deadline, seen)
+        except Vanished:
+            return None
+        lines: Lines = []
+        expected = needed[0][0].first if since > 0 else 0
+        if since == 0 and expected != 0:
+            raise ValueError("its first slot is missing")
+        for _, piece_lines in needed:
+            for seq, line in piece_lines:
+                if seq < expected:
+                    continue  # held by the object before too
+                if seq != expected:
+                    raise ValueError(f"entry {expected} is missing (found {seq})")
+                lines.append((seq, line))
+                expected += 1
+        newest = needed[-1][0]
+        if newest.kind == "deleted":
+            return None  # deleted while read: info.json is gone now
+        chain = _Chain(
+            incarnation, covering[-1].high + 1, newest.last + 1, newest.epoch, newest.info
+        )
+        return lines, chain
+
+    def _fetch(
+        self,
+        pieces: builtins.list[Piece],
+        deadline: float,
+        found: dict[str, tuple[Header, Lines]] | None = None,
+    ) -> builtins.list[tuple[Header, Lines]]:
+        """Each piece's header and entries (from ``found`` or memory, else GET in
+        parallel), in order; what it GETs goes into ``found``."""
+        if found is None:
+            found = {}
+        for piece in pieces:
+            if piece.key in found:
+                continue
+            cached = self._cached(piece.key)
+            if cached is not None:
+                found[piece.key] = cached
+        bodies = self._objects.fetch_all([p.key for p in pieces if p.key not in found], deadline)
+        for key, body in bodies.items():
+            found[key] = split_piece(key, body)
+        return [found[p.key] for p in pieces]
+
+    def _listed_info(self, folder: str, deadline: float) -> dict[str, Any] | None:
+        # One damaged or vanishing State does not hide the others.
+        try:
+            got = self._get_doc(folder, deadline)
+            if got is None:
+                return None
+            doc = got[0]
+            if doc.get("store") != _LAYOUT:
+                return dict(doc["info"])
+            incarnation = str(doc["incarnation"])
+            for _ in range(_READ_ATTEMPTS):
+                covering = cover(self._list_pieces(folder, incarnation, deadline))
+                if not covering:
+                    return None
+                header = self._get_header(covering[-1].key, deadline)
+                if header is not None:
+                    return header.info if header.kind != "deleted" else None
+        except (ValueError, KeyError, TypeError) as error:
+            _log.warning("list() skips %s: %s", folder, error)
+        return None
+
+    def _get_header(self, key: str, deadline: float) -> Header | None:
+        """The header of one object (a ranged GET); None if it is gone."""
+        cached = self._cached(key)
+        if cached is not None:
+            return cached[0]
+        got = self._objects.get(key, deadline, length=_HEADER_BYTES)
+        if got is None:
+            return None
+        body = got[0]
+        if b"\n" not in body:
+            whole = self._objects.get(key, deadline)
+            if whole is None:
+                return None
+            body = whole[0]
+        return parse_header(key, body[: body.index(b"\n")])
+
+    def _get_doc(self, folder: str, deadline: float) -> tuple[dict[str, Any], str] | None:
+        key = folder + _INFO
+        got = self._objects.get(key, deadline)
+        if got is None:
+            return None
+        body, etag = got
+        try:
+            doc = json.loads(body)
+            if not isinstance(doc, dict):
+                raise ValueError("not a MinioStore info document")
+            if doc.get("store") == _LAYOUT:
+                str(doc["incarnation"])
+            else:
+                legacy.check_doc(doc)
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{key} in {self!r} is damaged: {error}") from error
+        return doc, etag
+
+    def _list_pieces(
+        self, folder: str, incarnation: str, deadline: float, *, retry: bool = True
+    ) -> builtins.list[Piece]:
+        prefix = f"{folder}h-{incarnation}/"
+        listed = self._objects.list(prefix, deadline, retry=retry)
+        pieces = (parse_piece_name(key, prefix, size) for key, size, _ in listed)
+        return [piece for piece in pieces if piece is not None]
 
     # ------------------------------------------------------------ merging
-    def _merge_quietly(self, state_id: str, held: _Held, deadline: float) -> None:
-        # Within the save's own budget: a slow store makes the merge give up, not the
-        # save outlast its budget.
-        try:
-            self._merge(state_id, held, deadline)
-        except Exception as error:  # the save itself succeeded; a later one merges
-            _log.warning("merging the segments of %r in %r failed: %s", state_id, self, error)
-            # Not at every save: a merge that cannot work (no delete permission, say)
-            # would add three requests to each.
-            held.merge_at = int(held.doc.get("segments", 0)) + self.merge_after // 2
+    def _start_merge(self, state_id: str, folder: str, incarnation: str) -> None:
+        with self._guard:
+            running = self._merges.get(state_id)
+            if running is not None and not running.done():
+                self._merge_again.add(state_id)  # it merges once more when it is done
+                return
+            if self._merger is None:
+                self._merger = ThreadPoolExecutor(1, thread_name_prefix="minio-store-merge")
+            self._merges[state_id] = self._merger.submit(
+                self._merge_quietly, state_id, folder, incarnation
+            )
 
-    def _merge(self, state_id: str, held: _Held, deadline: float) -> None:
-        folder = self._folder(state_id)
-        listed = self._list_segments(folder, held.incarnation, deadline, retry=False)
-        plan = plan_merge(listed, held.committed, held.epoch)
-        if plan.inputs:
-            fetched: dict[str, Lines] = {}
-            self._fetch(plan.inputs, fetched, deadline, retry=False)
-            lines = pick_entries(((s, fetched[s.key]) for s in plan.inputs), plan.last + 1)
-            lines = [(seq, line) for seq, line in lines if seq >= plan.first]
-            self._put_lines(folder, held.incarnation, held.epoch, lines, deadline, retry=False)
-        self._remove([s.key for s in plan.drop], deadline, retry=False)
-        merged = self._segment_key(folder, held.incarnation, plan.first, plan.last, held.epoch)
-        remaining = {s.key for s in listed} - {s.key for s in plan.drop}
-        if plan.inputs:
-            remaining.add(merged)
-        # The next save's info.json carries the new count.
-        held.doc = {**held.doc, "segments": len(remaining)}
-        held.merge_at = len(remaining) + self.merge_after // 2
+    def _wait_merge(self, state_id: str) -> None:
+        with self._guard:
+            running = self._merges.get(state_id)
+        if running is not None:
+            wait_futures([running])
 
-    # ------------------------------------------------------------ requests
-    def _deadline(self) -> float:
-        return time.monotonic() + self.retry_budget
-
-    def _request(
-        self, what: str, call: Callable[[], T], deadline: float, *, retry: bool = True
-    ) -> T:
-        """Run one request (idempotent, or conditional), retrying transient failures."""
-        attempts = 0
-        while True:
-            attempts += 1
-            _operation.deadline = deadline
+    def _merge_quietly(self, state_id: str, folder: str, incarnation: str) -> None:
+        again = True
+        while again:
+            chain = self._held.get(state_id)
+            if chain is None or chain.token is None or chain.fenced:
+                return  # no longer ours to merge
+            if chain.incarnation != incarnation:
+                return
             try:
-                return call()
-            except Exception as error:
-                if not _transient(error):
-                    raise
-                failure = error
-            finally:
-                _operation.deadline = None
-            pause = min(1.0, 0.05 * 2**attempts) * random.uniform(0.5, 1.0)
-            if not retry or time.monotonic() + pause >= deadline:
-                raise StoreUnavailableError(
-                    f"{self!r} did not answer {what} within its budget of "
-                    f"{self.retry_budget:g}s ({attempts} attempts): "
-                    f"{type(failure).__name__}: {failure}"
-                ) from failure
-            time.sleep(pause)  # backoff between attempts
+                # Only slots whose create was answered: one whose answer was lost is
+                # checked by the next save, which must not find it merged by us.
+                self._merge(folder, incarnation, chain.slot, self._objects.deadline())
+            except Exception as error:  # the saves succeeded; a later one merges again
+                _log.warning("merging the slots of %r in %r failed: %s", state_id, self, error)
+            with self._guard:
+                again = state_id in self._merge_again
+                self._merge_again.discard(state_id)
 
+    def _merge(self, folder: str, incarnation: str, below: int, deadline: float) -> None:
+        """Merge the newest of slots ``0..below-1`` (see :func:`.slots.plan_merge`)."""
+        prefix = f"{folder}h-{incarnation}/"
+        listed = [
+            piece
+            for piece in self._list_pieces(folder, incarnation, deadline, retry=False)
+            if piece.high < below
+        ]
+        covering = cover(listed)
+        if not covering:
+            return
+        inputs = plan_merge(covering, self.merge_bytes)
+        got: dict[str, tuple[Header, Lines]] = {}
+        if inputs:
+            fetched = self._fetch(inputs, deadline)
+            got = {piece.key: pair for piece, pair in zip(inputs, fetched, strict=True)}
+            lines: Lines = []
+            expected = fetched[0][0].first
+            for _, piece_lines in fetched:  # pieces of a cover may overlap
+                for seq, line in piece_lines:
+                    if seq >= expected:
+                        lines.append((seq, line))
+                        expected = seq + 1
+            first, newest = fetched[0][0].first, fetched[-1][0]
+            merged_header = Header(
+                first, newest.last, newest.epoch, newest.writer, newest.info, "merged", False
+            )
+            body = encode_piece(merged_header, (line for _, line in lines))
+            key = prefix + merged_name(inputs[0].low, inputs[-1].high, first, newest.last)
+            self._objects.put(key, body, deadline, retry=False)
+            self._keep(key, merged_header, lines, len(body))  # the next merge's input
+            merged = Piece(key, inputs[0].low, inputs[-1].high, True, len(body), first, newest.last)
+            listed = [*listed, merged]
+            covering = cover(listed) or []
+        merged_away, slots = unneeded(listed, covering)
+        doomed = [piece.key for piece in merged_away]
+        for piece in slots:  # keep fence posts: they fence the writers of older epochs
+            if piece.key in self._posts:
+                continue
+            header = (
+                got[piece.key][0] if piece.key in got else self._get_header(piece.key, deadline)
+            )
+            if header is not None and not header.post:
+                doomed.append(piece.key)
+            elif header is not None:
+                self._posts.add(piece.key)  # not read again by the next merge
+        self._objects.remove(doomed, deadline, retry=False)
+        self._forget(doomed)
+
+    # ------------------------------------------------------------ bucket
     def _ensure_bucket(self, deadline: float) -> None:
         if self._bucket_ready:
             return
         try:
-            exists = self._request(
+            exists = self._objects.request(
                 f"HEAD bucket {self.bucket}",
                 lambda: self.client.bucket_exists(self.bucket),
                 deadline,
@@ -714,7 +976,7 @@ class MinioStore(Store):
                     f"MinioStore may not create it (create_bucket=False): create it first"
                 )
             try:
-                self._request(
+                self._objects.request(
                     f"create bucket {self.bucket}",
                     lambda: self.client.make_bucket(self.bucket),
                     deadline,
@@ -727,254 +989,44 @@ class MinioStore(Store):
                     ) from error
         self._bucket_ready = True
 
-    def _listed_info(self, folder: str, deadline: float) -> tuple[dict[str, Any], str] | None:
-        try:
-            return self._get_info(folder, deadline)
-        except ValueError as error:  # one damaged State does not hide the others
-            _log.warning("list() skips %s: %s", folder, error)
-            return None
-
-    def _get_info(self, folder: str, deadline: float) -> tuple[dict[str, Any], str] | None:
-        key = folder + _INFO
-
-        def get() -> tuple[bytes, str] | None:
-            try:
-                response = self.client.get_object(self.bucket, key)
-            except S3Error as error:
-                if error.code == "NoSuchKey":
-                    return None
-                raise
-            try:
-                return response.read(), str(response.headers.get("ETag", ""))
-            finally:
-                response.close()
-                response.release_conn()
-
-        got = self._request(f"GET {key}", get, deadline)
-        if got is None:
-            return None
-        body, etag = got
-        try:
-            doc = json.loads(body)
-            if not isinstance(doc, dict) or not isinstance(doc.get("info"), dict):
-                raise ValueError("not a MinioStore info document")
-            int(doc["committed"]), int(doc["epoch"]), str(doc["incarnation"])
-        except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{key} in {self!r} is damaged: {error}") from error
-        return doc, etag
-
-    def _put_info(
-        self,
-        folder: str,
-        doc: dict[str, Any],
-        deadline: float,
-        *,
-        if_match: str | None = None,
-        if_none_match: bool = False,
-    ) -> str | None:
-        """The one conditional PUT: ``info.json``, ``If-Match`` or ``If-None-Match: *``.
-
-        Returns the new ETag, or None when the condition failed (412, or 404 for an
-        ``If-Match`` on a deleted object). The public ``put_object`` cannot send these
-        headers, hence the client's lower-level ``_execute``.
-        """
-        key = folder + _INFO
-        body = json.dumps({**doc, "nonce": secrets.token_hex(8)}).encode()
-        headers: dict[str, str | builtins.list[str] | tuple[str]] = {
-            "Content-Type": "application/json"
-        }
-        if if_match is not None:
-            headers["If-Match"] = if_match
-        if if_none_match:
-            headers["If-None-Match"] = "*"
-
-        def put() -> str | None:
-            try:
-                response = self.client._execute("PUT", self.bucket, key, body=body, headers=headers)
-            except S3Error as error:
-                if error.code == "PreconditionFailed" or (
-                    if_match is not None and error.code == "NoSuchKey"
-                ):
-                    return None
-                raise
-            return str(response.headers.get("ETag", ""))
-
-        return self._request(f"PUT {key}", put, deadline)
-
-    def _segment_key(self, folder: str, incarnation: str, first: int, last: int, epoch: int) -> str:
-        return f"{folder}h-{incarnation}/{segment_name(first, last, epoch)}"
-
-    def _put_segment(
-        self,
-        folder: str,
-        incarnation: str,
-        epoch: int,
-        entries: builtins.list[dict[str, Any]],
-        deadline: float,
-    ) -> str:
-        lines = lines_of(entries)
-        return self._put_lines(folder, incarnation, epoch, lines, deadline)
-
-    def _put_lines(
-        self,
-        folder: str,
-        incarnation: str,
-        epoch: int,
-        lines: Lines,
-        deadline: float,
-        *,
-        retry: bool = True,
-    ) -> str:
-        key = self._segment_key(folder, incarnation, lines[0][0], lines[-1][0], epoch)
-        body = b"".join(line + b"\n" for _, line in lines)
-        self._request(
-            f"PUT {key}",
-            lambda: self.client.put_object(
-                self.bucket,
-                key,
-                io.BytesIO(body),
-                len(body),
-                content_type="application/x-ndjson",
-                # One PUT whatever the size (up to S3's 5 GiB): a multipart upload cut
-                # short would leave parts behind that nobody lists.
-                part_size=max(len(body), _MIN_PART),
-            ),
-            deadline,
-            retry=retry,
-        )
-        self._keep(key, lines, len(body))
-        return key
-
-    def _list_keys(self, prefix: str, deadline: float, *, recursive: bool) -> builtins.list[str]:
-        return self._request(
-            f"LIST {prefix}",
-            lambda: [
-                str(item.object_name)
-                for item in self.client.list_objects(
-                    self.bucket, prefix=prefix, recursive=recursive
-                )
-                if item.object_name
-            ],
-            deadline,
-        )
-
-    def _list_segments(
-        self, folder: str, incarnation: str, deadline: float, *, retry: bool = True
-    ) -> builtins.list[Segment]:
-        prefix = f"{folder}h-{incarnation}/"
-        keys = self._request(
-            f"LIST {prefix}",
-            lambda: [
-                str(item.object_name)
-                for item in self.client.list_objects(self.bucket, prefix=prefix, recursive=True)
-                if item.object_name
-            ],
-            deadline,
-            retry=retry,
-        )
-        segments = (parse_segment_name(key, prefix) for key in keys)
-        return [segment for segment in segments if segment is not None]
-
-    def _fetch(
-        self,
-        segments: Iterable[Segment],
-        into: dict[str, Lines],
-        deadline: float,
-        *,
-        retry: bool = True,
-    ) -> None:
-        """GET the segments not in ``into`` yet (in parallel); raise _Vanished for a 404."""
-        wanted = []
-        for segment in segments:
-            if segment.key not in into:
-                cached = self._cached(segment.key)
-                if cached is not None:
-                    into[segment.key] = cached
-                else:
-                    wanted.append(segment)
-
-        def get(segment: Segment) -> Lines:
-            def once() -> bytes:
-                try:
-                    response = self.client.get_object(self.bucket, segment.key)
-                except S3Error as error:
-                    if error.code == "NoSuchKey":
-                        raise _Vanished(segment.key) from error
-                    raise
-                try:
-                    return response.read()
-                finally:
-                    response.close()
-                    response.release_conn()
-
-            body = self._request(f"GET {segment.key}", once, deadline, retry=retry)
-            return parse_lines(segment, body)
-
-        for segment, lines in zip(
-            wanted,
-            self._in_parallel([functools.partial(get, s) for s in wanted]),
-            strict=True,
-        ):
-            into[segment.key] = lines
-
-    def _remove(self, keys: Iterable[str], deadline: float, *, retry: bool = True) -> None:
-        doomed = builtins.list(keys)
-        if not doomed:
-            return
-
-        def remove() -> None:
-            batch = [DeleteObject(key) for key in doomed]
-            for error in self.client.remove_objects(self.bucket, batch):
-                if error.code != "NoSuchKey":
-                    raise RuntimeError(f"deleting {error.name} from {self!r} failed: {error}")
-
-        self._request(f"DELETE {len(doomed)} objects", remove, deadline, retry=retry)
-        with self._guard:
-            for key in doomed:
-                lines = self._cache.pop(key, None)
-                if lines is not None:
-                    self._cached_bytes -= lines_bytes(lines)
-
-    def _in_parallel(self, calls: builtins.list[Callable[[], T]]) -> builtins.list[T]:
-        if len(calls) <= 1:
-            return [call() for call in calls]
-        with self._guard:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(_FETCH_THREADS, thread_name_prefix="minio-store")
-            pool = self._pool
-        return builtins.list(pool.map(lambda call: call(), calls))
-
     # ------------------------------------------------------------ memory
-    def _hold(self, state_id: str, held: _Held | None) -> None:
+    def _hold(self, state_id: str, chain: _Chain | None) -> None:
         # Under the guard, so that a read finishing meanwhile cannot replace what a
         # claim or create just took with the older version it read.
         with self._guard:
-            if held is None:
+            if chain is None:
                 self._held.pop(state_id, None)
             else:
-                self._held[state_id] = held
+                self._held[state_id] = chain
 
-    def _remember_read(self, state_id: str, doc: dict[str, Any], etag: str) -> None:
+    def _remember_read(self, state_id: str, chain: _Chain) -> None:
         with self._guard:
             held = self._held.get(state_id)
             if held is None or held.token is None or held.fenced:
-                self._held[state_id] = _Held(doc, etag)
+                self._held[state_id] = chain
 
-    def _keep(self, key: str, lines: Lines, size: int) -> None:
+    def _keep(self, key: str, header: Header, lines: Lines, size: int) -> None:
         if size > self.cache_bytes // 4:
             return
         with self._guard:
             if key in self._cache:
                 return
-            self._cache[key] = lines
-            self._cached_bytes += lines_bytes(lines)
+            self._cache[key] = (header, lines)
+            self._cached_bytes += _size(lines)
             while self._cached_bytes > self.cache_bytes and self._cache:
-                _, dropped = self._cache.popitem(last=False)
-                self._cached_bytes -= lines_bytes(dropped)
+                _, (_, dropped) = self._cache.popitem(last=False)
+                self._cached_bytes -= _size(dropped)
 
-    def _cached(self, key: str) -> Lines | None:
+    def _cached(self, key: str) -> tuple[Header, Lines] | None:
         with self._guard:
             return self._cache.get(key)
+
+    def _forget(self, keys: builtins.list[str]) -> None:
+        with self._guard:
+            for key in keys:
+                pair = self._cache.pop(key, None)
+                if pair is not None:
+                    self._cached_bytes -= _size(pair[1])
 
     def _lock_of(self, state_id: str) -> threading.Lock:
         with self._guard:
@@ -982,6 +1034,15 @@ class MinioStore(Store):
 
     def _folder(self, state_id: str) -> str:
         return f"{self.prefix}{encode_id(state_id)}/"
+
+
+def _size(lines: Lines) -> int:
+    return sum(len(line) + 1 for _, line in lines)
+
+
+def _doc_bytes(doc: dict[str, Any]) -> bytes:
+    # A random nonce makes every version's ETag unique (no ABA on If-Match).
+    return json.dumps({**doc, "nonce": secrets.token_hex(8)}).encode()
 
 
 def _entries(lines: Lines, damaged: str) -> builtins.list[dict[str, Any]]:
@@ -992,23 +1053,6 @@ def _entries(lines: Lines, damaged: str) -> builtins.list[dict[str, Any]]:
         except ValueError as error:
             raise StateFormatError(f"{damaged}: entry {seq} is not JSON ({error})") from None
     return entries
-
-
-class _Vanished(Exception):
-    """A listed segment was deleted (by a merge) before it was fetched."""
-
-
-# ------------------------------------------------------------ pure functions
-def _transient(error: BaseException) -> bool:
-    """Whether a failed request may succeed when sent again."""
-    if isinstance(error, S3Error):
-        status = int(getattr(error.response, "status", 0) or 0)
-        return status >= 500 or error.code in _TRANSIENT_CODES
-    if isinstance(error, ServerError):
-        return error.status_code >= 500
-    if isinstance(error, InvalidResponseError):
-        return int(getattr(error, "_code", 0) or 0) >= 500
-    return isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
 
 
 def _fenced(state_id: str, store: Store) -> str:

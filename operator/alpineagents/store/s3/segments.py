@@ -1,25 +1,23 @@
-"""The segment algebra of MinioStore: pure functions, no requests.
+"""The segment algebra of MinioStore's layout 1, and the entry helpers both layouts share.
 
-A State's history is stored as immutable *segments* (see :mod:`.minio_store` for the
-layout): these functions name and parse them, decide which of them a read needs and
-which entry of each seq wins (:func:`live_segments`, :func:`pick_entries`), and plan
-merges (:func:`plan_merge`). Each is a row in a table-driven unit test
-(``tests/stores/test_segments.py``).
+Layout 1 (see :mod:`.legacy`; read and converted, never written) stored a history as
+immutable *segments*: these functions name and parse them, and decide which of them a
+read needs and which entry of each seq wins (:func:`live_segments`,
+:func:`pick_entries`). Each is a row in a table-driven unit test
+(``tests/stores/test_segments.py``). Layout 2 is in :mod:`.slots`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .. import jsonl
 
 __all__ = [
-    "MERGE_GROWTH",
     "Lines",
-    "MergePlan",
     "Segment",
     "checked_prefix",
     "lines_bytes",
@@ -29,12 +27,9 @@ __all__ = [
     "parse_lines",
     "parse_segment_name",
     "pick_entries",
-    "plan_merge",
     "segment_name",
 ]
 
-MERGE_GROWTH = 2.0
-"""An older segment joins a merge while it is at most this many times the merged size."""
 _SEGMENT = re.compile(r"(\d{12})-(\d{12})-(\d{10})\.jsonl")
 
 
@@ -53,16 +48,6 @@ class Segment:
 
     def within(self, first: int, last: int) -> bool:
         return first <= self.first and self.last <= last
-
-
-@dataclass
-class MergePlan:
-    """A merge: ``inputs`` become one segment ``first..last``; ``drop`` is then unneeded."""
-
-    inputs: list[Segment]
-    first: int
-    last: int
-    drop: list[Segment] = field(default_factory=list)  # keys to delete
 
 
 Lines = list[tuple[int, bytes]]  # (seq, JSON line without newline) of a segment
@@ -136,50 +121,6 @@ def pick_entries(segments: Iterable[tuple[Segment, Lines]], committed: int) -> L
             if seq < committed:
                 by_seq.setdefault(seq, line)
     return [(seq, by_seq[seq]) for seq in sorted(by_seq)]
-
-
-def plan_merge(listed: list[Segment], committed: int, epoch: int) -> MergePlan:
-    """Which newest segments to merge into one, and which segments that makes unneeded.
-
-    Size-tiered: the newest segment, then older ones while each is at most
-    ``MERGE_GROWTH`` times what is merged so far; then any older segment overlapping the
-    range, so that the merged one holds every seq of its range from the right epoch.
-    """
-    live = live_segments(listed, committed, epoch)
-    start = len(live)
-    if live:
-        start -= 1
-        merged = live[-1].size
-        while start > 0 and live[start - 1].size <= MERGE_GROWTH * merged:
-            start -= 1
-            merged += live[start].size
-        while True:  # an older segment reaching into the range must join it
-            low = min(s.first for s in live[start:])
-            reaching = [i for i in range(start) if live[i].last >= low]
-            if not reaching:
-                break
-            start = min(reaching)
-    inputs = live[start:] if len(live) - start >= 2 else []
-    if inputs:
-        first = min(s.first for s in inputs)
-        last = min(committed - 1, max(s.last for s in inputs))
-    else:
-        first, last = 0, -1
-    live_keys = {s.key for s in live}
-    drop = []
-    for segment in listed:
-        if segment.epoch > epoch:
-            continue  # a newer owner's: never ours to judge
-        if inputs and segment.within(first, last):
-            drop.append(segment)  # held by the merged segment
-        elif segment.first >= committed and segment.epoch < epoch:
-            drop.append(segment)  # a fenced writer's leftovers, past what was committed
-        elif segment.key not in live_keys and segment.first < committed:
-            drop.append(segment)  # contained in a live segment of at least its epoch
-    if inputs:
-        name = segment_name(first, last, epoch)
-        drop = [s for s in drop if not s.key.endswith("/" + name)]
-    return MergePlan(inputs, first, last, drop)
 
 
 def segment_name(first: int, last: int, epoch: int) -> str:
