@@ -121,13 +121,12 @@ class Entry:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Entry:
+        data = raw.get("data")
+        # A kind this version does not know is kept as it is; replay passes over it.
+        kind: Any = str(raw["kind"])
+        time = datetime.fromisoformat(raw["time"])
         return cls(
-            seq=int(raw["seq"]),
-            # A kind this version does not know is kept as it is; replay passes over it.
-            kind=cast(EntryKind, str(raw["kind"])),
-            time=datetime.fromisoformat(raw["time"]),
-            text=str(raw.get("text", "")),
-            data=dict(raw.get("data") or {}),
+            int(raw["seq"]), kind, time, str(raw.get("text", "")), dict(data) if data else {}
         )
 
 
@@ -239,11 +238,12 @@ class State:
         entries, info = record
         check_format(state_id, info)
         state = cls(state_id, parent_id=info.get("parent_id"))
+        history, replay, from_dict = state.history, state._replay, Entry.from_dict
         with collection.paused():
-            for raw in _ordered(state_id, list(entries)):
-                entry = Entry.from_dict(raw)
-                state.history.append(entry)
-                state._replay(entry)
+            for raw in _ordered(state_id, entries):
+                entry = from_dict(raw)
+                history.append(entry)
+                replay(entry)
         state.loaded_entries = len(state.history)
         state.close_open_turn(None)
         return state
@@ -531,6 +531,8 @@ def check_format(state_id: str, info: dict[str, Any]) -> None:
 
 def _ordered(state_id: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # Stores may hand back entries sent twice or out of order; seq decides.
+    if all(entry["seq"] == index for index, entry in enumerate(entries)):
+        return entries  # the usual case, checked without a copy
     by_seq: dict[int, dict[str, Any]] = {}
     for entry in entries:
         by_seq.setdefault(int(entry["seq"]), entry)
