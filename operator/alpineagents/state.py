@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple, Protocol, cast
+from typing import Any, Literal, NamedTuple, Protocol, cast, get_args
 
 from . import collection
 from .errors import StateFormatError
@@ -43,6 +43,7 @@ EntryKind = Literal[
     "tools",
 ]
 """What an entry records (see the README's "History entries and formats")."""
+_KINDS: dict[str, EntryKind] = {kind: kind for kind in get_args(EntryKind)}  # one str each
 Outcome = Literal["ok", "error", "refused", "aborted"]
 """How a tool call ended (``Entry.outcome`` of a ``tool_result``)."""
 StopReason = Literal["answered", "max_turns", "waiting_for_approval", "interrupted", "error"]
@@ -122,12 +123,13 @@ class Entry:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Entry:
         data = raw.get("data")
+        if type(data) is not dict:  # a dict is taken as it is: to_dict hands out its own too
+            data = dict(data or {})
         # A kind this version does not know is kept as it is; replay passes over it.
-        kind: Any = str(raw["kind"])
+        name = str(raw["kind"])
+        kind: Any = _KINDS.get(name, name)
         time = datetime.fromisoformat(raw["time"])
-        return cls(
-            int(raw["seq"]), kind, time, str(raw.get("text", "")), dict(data) if data else {}
-        )
+        return cls(int(raw["seq"]), kind, time, str(raw.get("text", "")), data)
 
 
 @dataclass(frozen=True)
@@ -407,7 +409,7 @@ class State:
                 self._answered[data["call_id"]] = bool(data["allow"])
         elif kind == "tool_result":
             self._results[data["call_id"]] = entry
-            if self._calls and not self.pending_calls:
+            if self._calls and all(call_id in self._results for call_id in self._calls):
                 self.messages.append(Message.user(self._result_blocks()))
                 self._calls = {}
         elif kind == "compaction":
