@@ -4,7 +4,9 @@ Layout: ``<folder>/<encoded id>/history.jsonl`` and ``info.json``.
 
 - ``history.jsonl`` is append-only. Each save appends its new entries, one JSON line each
   (``seq`` first), and fsyncs once: one write and one fsync in the common case, whatever
-  the history's length. Two other kinds of line carry the State's info, so that a save
+  the history's length. A FileStore keeps open the histories it saved last, with what it
+  knows of their end; a save checks with a stat of the path that the file is still the one
+  it wrote, at the size it left it (otherwise it opens it again and reads its end back). Two other kinds of line carry the State's info, so that a save
   need not rewrite a second file:
 
   - ``{"info": {...}, "unset": [...]}``: the keys of the info that changed otherwise than
@@ -131,14 +133,15 @@ class FileStore(Store):
         entries: builtins.list[dict[str, Any]] = []
         after: builtins.list[dict[str, Any]] = []  # the lines after the mark, for the info
         start = 0
-        loads = jsonl.loads
+        loads, find, view = jsonl.loads, raw.find, memoryview(raw)
         with collection.paused():  # every object made here stays alive
             # Each line parsed once, in place: no copy of the history is made to parse it.
-            for line in raw[:end].split(b"\n")[:-1]:
+            while start < end:
+                stop = find(b"\n", start)
                 try:
-                    item = loads(line)
+                    item = loads(view[start:stop])
                 except ValueError:
-                    if line.strip():
+                    if raw[start:stop].strip():
                         raise StateFormatError(
                             f"{damaged}: {_bad_line(raw[:end], path / _HISTORY)}"
                         ) from None
@@ -149,7 +152,7 @@ class FileStore(Store):
                     entries.append(item)
                 if start >= mark:
                     after.append(item)
-                start += len(line) + 1
+                start = stop + 1
         return Record(entries, _apply(base, after))
 
     def read_since(self, state_id: str, seq: int) -> Record | None:

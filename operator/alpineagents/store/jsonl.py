@@ -58,14 +58,14 @@ def dumps(value: Any) -> bytes:
     return _ENCODER.encode(value).encode()
 
 
-def loads(line: bytes) -> Any:
+def loads(line: bytes | memoryview) -> Any:
     """One JSON value, as ``json.loads`` reads it (``ValueError`` when it is not JSON)."""
     if orjson is not None:
         try:
             return orjson.loads(line)
         except orjson.JSONDecodeError:  # NaN, a big integer, a lone surrogate, or not JSON
             pass
-    return json.loads(line)
+    return json.loads(bytes(line) if isinstance(line, memoryview) else line)
 
 
 def _refuse(value: Any) -> Any:
