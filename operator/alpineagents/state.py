@@ -241,7 +241,7 @@ class State:
         check_format(state_id, info)
         state = cls(state_id, parent_id=info.get("parent_id"))
         history, replay, from_dict = state.history, state._replay, Entry.from_dict
-        with collection.paused():
+        with collection.paused(long_lived=True):
             for raw in _ordered(state_id, entries):
                 entry = from_dict(raw)
                 history.append(entry)

@@ -141,7 +141,7 @@ class Store:
         """
         # One pause of the collector for the read and the replay: the record read dies
         # before collection resumes, so no pass walks the parsed lines (see collection).
-        with collection.paused():
+        with collection.paused(long_lived=True):
             return self._loaded(state_id, self.read(check_id(state_id)))
 
     async def aload(self, state_id: str) -> State:
