@@ -46,12 +46,16 @@ def grown_state(store: Store, state_id: str, entries: int) -> State:
 
 
 def interleaved(
-    save: Callable[[int], None], floor: Callable[[int], None], pairs: int
+    save: Callable[[int], None],
+    floor: Callable[[int], None],
+    pairs: int,
+    prepare: Callable[[int], None] = lambda n: None,
 ) -> tuple[list[float], list[float]]:
     """``pairs`` timings of each (see :func:`benchmarks.measure.since`), alternating which
-    goes first."""
+    goes first; ``prepare(n)`` runs untimed before the pair."""
     saves, floors = [], []
     for n in range(pairs):
+        prepare(n)
         order = (save, floor) if n % 2 == 0 else (floor, save)
         for call in order:
             start = mark()
@@ -63,15 +67,17 @@ def interleaved(
 def against_floor(
     store: Store, state: State, floor: Callable[[bytes, int], None], pairs: int
 ) -> tuple[list[float], list[float]]:
-    """Saves of one new entry each, interleaved with ``floor(line, n)`` of the same line."""
+    """Saves of one new entry each, interleaved with ``floor(line, n)`` of the same line.
+
+    The entry is added to the State (and its line made for the floor) before either is
+    timed: what is compared is the save of an entry with the write of its bytes."""
     last = line_of(state.history[-1].to_dict())
 
-    def save(n: int) -> None:
+    def prepare(n: int) -> None:
         nonlocal last
         last = line_of(add_entry(state, HISTORY_BEFORE + n))
-        store.save(state)
 
-    return interleaved(save, lambda n: floor(last, n), pairs)
+    return interleaved(lambda n: store.save(state), lambda n: floor(last, n), pairs, prepare)
 
 
 def file_store_vs_append(folder: Path, repeats: int) -> dict[str, Spread]:

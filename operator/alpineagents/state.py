@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple, Protocol, cast
+from typing import Any, Literal, NamedTuple, Protocol, cast, get_args
 
 from . import collection
 from .errors import StateFormatError
@@ -44,6 +44,7 @@ EntryKind = Literal[
     "tools",
 ]
 """What an entry records (see the README's "History entries and formats")."""
+_KINDS: dict[str, EntryKind] = {kind: kind for kind in get_args(EntryKind)}  # one str each
 Outcome = Literal["ok", "error", "refused", "aborted"]
 """How a tool call ended (``Entry.outcome`` of a ``tool_result``)."""
 StopReason = Literal["answered", "max_turns", "waiting_for_approval", "interrupted", "error"]
@@ -122,14 +123,14 @@ class Entry:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Entry:
-        return cls(
-            seq=int(raw["seq"]),
-            # A kind this version does not know is kept as it is; replay passes over it.
-            kind=cast(EntryKind, str(raw["kind"])),
-            time=datetime.fromisoformat(raw["time"]),
-            text=str(raw.get("text", "")),
-            data=dict(raw.get("data") or {}),
-        )
+        data = raw.get("data")
+        if type(data) is not dict:  # a dict is taken as it is: to_dict hands out its own too
+            data = dict(data or {})
+        # A kind this version does not know is kept as it is; replay passes over it.
+        name = str(raw["kind"])
+        kind: Any = _KINDS.get(name, name)
+        time = datetime.fromisoformat(raw["time"])
+        return cls(int(raw["seq"]), kind, time, str(raw.get("text", "")), data)
 
 
 @dataclass(frozen=True)
@@ -244,11 +245,12 @@ class State:
         entries, info = record
         check_format(state_id, info)
         state = cls(state_id, parent_id=info.get("parent_id"))
-        with collection.paused():
-            for raw in _ordered(state_id, list(entries)):
-                entry = Entry.from_dict(raw)
-                state.history.append(entry)
-                state._replay(entry)
+        history, replay, from_dict = state.history, state._replay, Entry.from_dict
+        with collection.paused(long_lived=True):
+            for raw in _ordered(state_id, entries):
+                entry = from_dict(raw)
+                history.append(entry)
+                replay(entry)
         state.loaded_entries = len(state.history)
         state.close_open_turn(None)
         return state
@@ -439,7 +441,7 @@ class State:
             self._started.add(data["call_id"])
         elif kind == "tool_result":
             self._results[data["call_id"]] = entry
-            if self._calls and not self.pending_calls:
+            if self._calls and all(call_id in self._results for call_id in self._calls):
                 self.messages.append(Message.user(self._result_blocks()))
                 self._calls = {}
         elif kind == "compaction":
@@ -563,6 +565,8 @@ def check_format(state_id: str, info: dict[str, Any]) -> None:
 
 def _ordered(state_id: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # Stores may hand back entries sent twice or out of order; seq decides.
+    if all(entry["seq"] == index for index, entry in enumerate(entries)):
+        return entries  # the usual case, checked without a copy
     by_seq: dict[int, dict[str, Any]] = {}
     for entry in entries:
         by_seq.setdefault(int(entry["seq"]), entry)

@@ -129,3 +129,58 @@ def test_read_since_reads_the_tail_and_gives_what_a_whole_read_gives(tmp_path: P
         assert since.entries == whole.entries[seq:]
         assert since.info == whole.info
     assert FileStore(tmp_path).read_since("nothing", 5) is None
+
+
+def test_a_state_deleted_and_created_again_elsewhere_is_saved_where_it_now_is(
+    tmp_path: Path,
+) -> None:
+    # This store keeps the history it saved open between saves; another store object (or
+    # process) deletes the State, then creates a new one under the same id. A save through
+    # the first store must see the new history, never write into the deleted one.
+    store = FileStore(tmp_path)
+    old = saved_state(store, messages=2)
+    other = FileStore(tmp_path)
+    other.delete("report")
+    old.send("late")
+    with pytest.raises(LookupError):
+        store.save(old)  # the id is gone: nothing is written where no one would read it
+    new = saved_state(other, messages=1)
+    new.send("from the second store")
+    store.save(new)  # a State of this id the first store never saw: appended to the new one
+    assert FileStore(tmp_path).load("report") == new
+
+
+def test_entries_json_and_orjson_write_differently_load_back_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the fast extra, lines are written and read with orjson and, where it would not
+    # do what json does, with json: NaN (orjson would write null), integers past 64 bits,
+    # lone surrogates, non-ASCII text, a None. A history written either way reads the same
+    # either way.
+    from alpineagents.store import jsonl
+
+    odd: dict[str, object] = {
+        "nan": float("nan"),
+        "big": 2**70,
+        "surrogate": "\udc80",
+        "text": "naïve — 東京 🚀",
+        "none": None,
+        "float": 0.1,
+    }
+    for writer, reader in [(True, True), (True, False), (False, True)]:
+        folder = tmp_path / f"{writer}-{reader}"
+        monkeypatch.setattr(jsonl, "orjson", jsonl.orjson if writer else None)
+        state = State("odd", [Message.user("start")])
+        state.add("tools", "listed", {"source": "s", "tools": [], "odd": odd})
+        FileStore(folder).save(state)
+        state.send("plain, naïve — 東京 🚀")  # a line orjson writes (as UTF-8)
+        FileStore(folder).save(state)
+        monkeypatch.setattr(jsonl, "orjson", jsonl.orjson if reader else None)
+        loaded = FileStore(folder).load("odd")
+        data = loaded.history[1].data["odd"]
+        assert data["nan"] != data["nan"]  # NaN is kept as NaN, not null
+        assert {k: v for k, v in data.items() if k != "nan"} == {
+            k: v for k, v in odd.items() if k != "nan"
+        }
+        assert [m.text for m in loaded.messages] == ["start", "plain, naïve — 東京 🚀"]
+        assert len(loaded.history) == len(state.history)

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from .. import collection
 from ..errors import StateExistsError, StateNotFoundError
 from ..state import Record, State, check_id
 
@@ -138,7 +139,10 @@ class Store:
         unknown id, :class:`~alpineagents.errors.StateFormatError` (a ``ValueError``) for
         a format this version cannot read.
         """
-        return self._loaded(state_id, self.read(check_id(state_id)))
+        # One pause of the collector for the read and the replay: the record read dies
+        # before collection resumes, so no pass walks the parsed lines (see collection).
+        with collection.paused(long_lived=True):
+            return self._loaded(state_id, self.read(check_id(state_id)))
 
     async def aload(self, state_id: str) -> State:
         return self._loaded(state_id, await self.aread(check_id(state_id)))

@@ -4,7 +4,9 @@ Layout: ``<folder>/<encoded id>/history.jsonl`` and ``info.json``.
 
 - ``history.jsonl`` is append-only. Each save appends its new entries, one JSON line each
   (``seq`` first), and fsyncs once: one write and one fsync in the common case, whatever
-  the history's length. Two other kinds of line carry the State's info, so that a save
+  the history's length. A FileStore keeps open the histories it saved last, with what it
+  knows of their end; a save checks with a stat of the path that the file is still the one
+  it wrote, at the size it left it (otherwise it opens it again and reads its end back). Two other kinds of line carry the State's info, so that a save
   need not rewrite a second file:
 
   - ``{"info": {...}, "unset": [...]}``: the keys of the info that changed otherwise than
@@ -38,6 +40,7 @@ import os
 import secrets
 import shutil
 import threading
+import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +58,7 @@ _MARK = b'{"store":"info.json"}'
 _CHECKPOINT_AFTER = 1 << 16  # bytes of lines after the last mark that make info.json rewritten
 _CHUNK = 1 << 16  # bytes read at a time from a history's end
 _DERIVED = ("updated_at", "entries")  # info keys an entry sets (see the module docstring)
+_KEPT_OPEN = 16  # histories a FileStore keeps open between saves (one a State it saves)
 _sync = getattr(os, "fdatasync", os.fsync)  # an append needs the data and the size, not mtime
 
 
@@ -62,6 +66,9 @@ _sync = getattr(os, "fdatasync", os.fsync)  # an append needs the data and the s
 class _Tail:
     """What a FileStore knows of a history's end after its own last write."""
 
+    folder: Path  # the State's
+    history: str  # its history's path
+    fd: int  # the history, kept open for the next save (see FileStore._open)
     inode: int
     size: int  # bytes, all complete lines
     have: int  # entries (the last seq + 1)
@@ -74,9 +81,12 @@ class FileStore(Store):
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.folder = Path(folder)
+        # The histories this store saved last, each kept open with what is known of its
+        # end, so that a save costs a stat, one write and one fsync (see _open).
         self._tails: dict[str, _Tail] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        weakref.finalize(self, _close_all, self._tails)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.folder)!r})"
@@ -93,22 +103,16 @@ class FileStore(Store):
         *,
         create: bool = False,
     ) -> None:
-        path = self._path(state_id)
         if create:
-            self._create(state_id, path, entries, info)
+            self._create(state_id, self._path(state_id), entries, info)
             return
         with self._lock_of(state_id):
+            tail = self._open(state_id)
             try:
-                fd = os.open(path / _HISTORY, os.O_RDWR)
-            except (FileNotFoundError, NotADirectoryError):
-                raise not_found_error(state_id, self) from None
-            try:
-                self._append(state_id, path, fd, entries, info)
+                self._append(tail, entries, info)
             except BaseException:
-                self._tails.pop(state_id, None)  # unknown how much landed: look next time
+                self._forget(state_id)  # unknown how much landed: look next time
                 raise
-            finally:
-                os.close(fd)
 
     def read(self, state_id: str) -> Record | None:
         path = self._path(state_id)
@@ -124,16 +128,31 @@ class FileStore(Store):
             base = None
         if not isinstance(base, dict):
             raise StateFormatError(f"{damaged}: {path / _INFO} is not a JSON object")
-        try:
-            end = raw.rfind(b"\n") + 1  # the rest is a torn write
-            mark = max(0, _last_mark(raw, 0, end))
-            lines = [line for line in raw[:end].split(b"\n") if line.strip()]
-            with collection.paused():
-                parsed = json.loads(b"[" + b",".join(lines) + b"]") if lines else []
-            entries = [item for item in parsed if "seq" in item]
-            after = [json.loads(line) for line in _lines(raw[mark:end])] if mark < end else []
-        except (ValueError, TypeError):
-            raise StateFormatError(f"{damaged}: {_bad_line(raw[:end], path / _HISTORY)}") from None
+        end = raw.rfind(b"\n") + 1  # the rest is a torn write
+        mark = max(0, _last_mark(raw, 0, end))
+        entries: builtins.list[dict[str, Any]] = []
+        after: builtins.list[dict[str, Any]] = []  # the lines after the mark, for the info
+        start = 0
+        loads, find, view = jsonl.loads, raw.find, memoryview(raw)
+        with collection.paused():  # every object made here stays alive
+            # Each line parsed once, in place: no copy of the history is made to parse it.
+            while start < end:
+                stop = find(b"\n", start)
+                try:
+                    item = loads(view[start:stop])
+                except ValueError:
+                    if raw[start:stop].strip():
+                        raise StateFormatError(
+                            f"{damaged}: {_bad_line(raw[:end], path / _HISTORY)}"
+                        ) from None
+                    item = {}  # a blank line
+                if type(item) is not dict:
+                    raise StateFormatError(f"{damaged}: {_bad_line(raw[:end], path / _HISTORY)}")
+                if "seq" in item:
+                    entries.append(item)
+                if start >= mark:
+                    after.append(item)
+                start = stop + 1
         return Record(entries, _apply(base, after))
 
     def read_since(self, state_id: str, seq: int) -> Record | None:
@@ -153,9 +172,9 @@ class FileStore(Store):
             is_entry = line.startswith(b'{"seq":')
             if index < mark:  # info.json holds what these lines say of the info
                 if is_entry and jsonl.seq_of(line) >= seq:
-                    entries.append(json.loads(line))
+                    entries.append(jsonl.loads(line))
                 continue
-            parsed = json.loads(line)
+            parsed = jsonl.loads(line)
             after.append(parsed)
             if is_entry and int(parsed["seq"]) >= seq:
                 entries.append(parsed)
@@ -181,22 +200,64 @@ class FileStore(Store):
             # Rename first so a crash mid-delete never leaves a half State under its id.
             trash = self.folder / f".deleting-{secrets.token_hex(8)}"
             path.rename(trash)
-            self._tails.pop(state_id, None)
+            with self._lock_of(state_id):
+                self._forget(state_id)
             shutil.rmtree(trash)
 
     # ------------------------------------------------------------ saving
-    def _append(
-        self,
-        state_id: str,
-        path: Path,
-        fd: int,
-        entries: builtins.list[dict[str, Any]],
-        info: dict[str, Any],
-    ) -> None:
-        stat = os.fstat(fd)
+    def _open(self, state_id: str) -> _Tail:
+        """The history of ``state_id``, open, with what is known of its end (its lock held).
+
+        In the common case (this store wrote the history last) that is a stat: the file at
+        the path is the one kept open and has the size this store left it at. Otherwise
+        (another writer or process, a crash, a State deleted and created again) the
+        history is opened afresh and its end read back (:func:`_scan`).
+        """
         tail = self._tails.get(state_id)
-        if tail is None or (tail.inode, tail.size) != (stat.st_ino, stat.st_size):
+        path = tail.folder if tail is not None else self._path(state_id)
+        history = tail.history if tail is not None else str(path / _HISTORY)
+        try:
+            stat = os.stat(history)
+        except (FileNotFoundError, NotADirectoryError):
+            self._forget(state_id)
+            raise not_found_error(state_id, self) from None
+        if tail is not None and (tail.inode, tail.size) == (stat.st_ino, stat.st_size):
+            return tail
+        self._forget(state_id)
+        try:
+            fd = os.open(history, os.O_RDWR)
+        except (FileNotFoundError, NotADirectoryError):
+            raise not_found_error(state_id, self) from None
+        try:
+            stat = os.fstat(fd)
             tail = _scan(path, fd, stat.st_ino, stat.st_size)  # another writer, or a crash
+        except BaseException:
+            os.close(fd)
+            raise
+        self._keep(state_id, tail)
+        return tail
+
+    def _keep(self, state_id: str, tail: _Tail) -> None:
+        """Keep ``tail`` open, closing the least recently saved histories past a few."""
+        with self._guard:
+            self._tails[state_id] = tail
+            for other in builtins.list(self._tails)[: max(0, len(self._tails) - _KEPT_OPEN)]:
+                lock = self._locks.get(other)
+                if other != state_id and lock is not None and lock.acquire(blocking=False):
+                    try:  # one being saved right now stays open until the next time
+                        _close(self._tails.pop(other, None))
+                    finally:
+                        lock.release()
+
+    def _forget(self, state_id: str) -> None:
+        """Close and forget the history kept open for ``state_id`` (its lock held)."""
+        with self._guard:
+            _close(self._tails.pop(state_id, None))
+
+    def _append(
+        self, tail: _Tail, entries: builtins.list[dict[str, Any]], info: dict[str, Any]
+    ) -> None:
+        fd = tail.fd
         new = [e for e in entries if int(e["seq"]) >= tail.have]
         expected = _derive(tail.info, new[-1]) if new else tail.info
         body = jsonl.encode(new) + _info_line(expected, info)
@@ -206,12 +267,12 @@ class FileStore(Store):
         size = tail.size + len(body)
         since = tail.since_mark + len(body)
         if since > _CHECKPOINT_AFTER:
-            _write_atomic(path / _INFO, json.dumps(info).encode())
+            _write_atomic(tail.folder / _INFO, json.dumps(info).encode())
             # The mark rides on the next save's fsync: lost, an older mark serves as well.
             _write_all(fd, _MARK + b"\n", size)
             size, since = size + len(_MARK) + 1, 0
-        have = int(new[-1]["seq"]) + 1 if new else tail.have
-        self._tails[state_id] = _Tail(stat.st_ino, size, have, dict(info), since)
+        tail.have = int(new[-1]["seq"]) + 1 if new else tail.have
+        tail.size, tail.info, tail.since_mark = size, dict(info), since
 
     def _create(
         self,
@@ -238,9 +299,14 @@ class FileStore(Store):
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
-        stat = os.stat(path / _HISTORY)
         have = int(entries[-1]["seq"]) + 1 if entries else 0
-        self._tails[state_id] = _Tail(stat.st_ino, stat.st_size, have, dict(info), 0)
+        with self._lock_of(state_id):
+            self._forget(state_id)
+            history = str(path / _HISTORY)
+            fd = os.open(history, os.O_RDWR)
+            stat = os.fstat(fd)
+            tail = _Tail(path, history, fd, stat.st_ino, stat.st_size, have, dict(info), 0)
+            self._keep(state_id, tail)
 
     # ------------------------------------------------------------ internals
     def _info_of(self, folder: Path) -> dict[str, Any]:
@@ -299,7 +365,7 @@ def _scan(path: Path, fd: int, inode: int, size: int) -> _Tail:
     if complete != size:
         os.ftruncate(fd, complete)
     base = json.loads((path / _INFO).read_bytes())
-    return _Tail(inode, complete, have, _apply(base, after), since)
+    return _Tail(path, str(path / _HISTORY), fd, inode, complete, have, _apply(base, after), since)
 
 
 def _read_back(
@@ -323,7 +389,7 @@ def _read_back(
         have = _last_seq(data[first:end]) if need_entry else 0
         if (mark >= 0 and (have >= 0 or not need_entry)) or whole:
             mark = max(mark, 0)
-            after = [json.loads(line) for line in _lines(data[mark:end])]
+            after = [jsonl.loads(line) for line in _lines(data[mark:end])]
             return after, max(have, 0), end - mark, start + end
 
 
@@ -402,6 +468,17 @@ def _apply(base: dict[str, Any], lines: builtins.list[dict[str, Any]]) -> dict[s
             for key in line.get("unset", ()):
                 info.pop(key, None)
     return info
+
+
+def _close(tail: _Tail | None) -> None:
+    if tail is not None:
+        os.close(tail.fd)
+
+
+def _close_all(tails: dict[str, _Tail]) -> None:
+    """Close what a FileStore kept open (when it is garbage collected)."""
+    while tails:
+        _close(tails.popitem()[1])
 
 
 def _write_all(fd: int, data: bytes, offset: int) -> None:
