@@ -7,7 +7,8 @@ it starts, works, and may send a note while the run is live. The child tells the
 ``connection``:
 
 - ``("tool", job)`` when a call of ``work`` has started (its marker is written);
-- ``("sent", token)`` once ``state.send`` returned (the message must be saved by then);
+- ``("sent", token)`` once ``state.send`` into a live run returned (the message must be
+  saved by then);
 - ``("answered", entries)`` when every round is answered;
 - ``("interrupted", {"in_run": bool, "entries": n, "saved": n})`` after a Ctrl+C, where it
   was raised (``agent.run`` or the child's own code) and how much of the State is saved.
@@ -61,8 +62,9 @@ def _run_plan(connection: Connection, store_url: str, plan: RunPlan, markers: Pa
         (markers / f"{job}.{os.getpid()}.{time.monotonic_ns()}").touch()
         tell(("tool", job))
         time.sleep(ms / 1000)  # the work itself
-        if note and state is not None:
-            state.send(f"note {note}")
+        # Only a send into a live run is saved before it returns; a tool that outlives
+        # its run (a Ctrl+C ended it) sends a "message" the next save writes.
+        if note and state is not None and state.send(f"note {note}").kind == "waiting":
             tell(("sent", note))
         return f"{job} done"
 
@@ -81,7 +83,10 @@ def _run_plan(connection: Connection, store_url: str, plan: RunPlan, markers: Pa
         try:
             agent.run(state)
         except KeyboardInterrupt:
-            info = {"in_run": True, "entries": len(state.history), "saved": state.saved_entries}
+            # What the run wrote ends with its stop entry; a tool still working on its
+            # thread may have sent a message after it, which the next save writes.
+            ran = 1 + max(i for i, e in enumerate(state.history) if e.kind == "stop")
+            info = {"in_run": True, "entries": ran, "saved": state.saved_entries}
             tell(("interrupted", info))
             return
         if state.answer is None:
