@@ -54,6 +54,8 @@ OPERATOR_PODS = "app.kubernetes.io/component=operator"
 CALLS_PER_RUN = 2
 FINISH_SECONDS = 900.0  # for every run of a part to end once its faults are over
 LOSS_KINDS = ("delete", "force-delete", "evict", "sigkill")
+# Runs that wait in their tool calls: small requests, so 30 fit the bench's 2-CPU node.
+SMALL = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}}
 QUICK_FAILOVER = [
     {
         "key": f"node.kubernetes.io/{taint}",
@@ -104,7 +106,7 @@ class Campaign:
             for call in self.calls(run)
         ]
         policy = {"maxRestarts": 200, "initialBackoffSeconds": 0, "maxBackoffSeconds": 2}
-        apply_run(self.env, run, "\n".join(lines), restartPolicy=policy, **spec)
+        apply_run(self.env, run, "\n".join(lines), restartPolicy=policy, resources=SMALL, **spec)
 
     def wait_started(self, run: str) -> None:
         """Wait until every call of ``run`` started; if one does not, say where the run is."""
