@@ -303,6 +303,7 @@ def test_a_local_approval_is_recorded_in_the_state(
         "allow": False,
         "by": "person",
         "note": "",
+        "marks_start": True,  # a run saves a `started` entry before it runs an approved call
     }
 
 
