@@ -41,6 +41,9 @@ def e2e(request: pytest.FixtureRequest, helm: Helm) -> Iterator[Environment]:
 def node_env(e2e: Environment) -> Environment:
     """The e2e environment, for tests that need the bench's own real node (its tool gate,
     its kubelet, its host): they do not run against a cluster of your own."""
+    # The one skip of the e2e suite: only a cluster of your own (ALPINEAGENTS_E2E_KUBECONFIG,
+    # which .ci/run never sets) has no bench node; without it the e2e fixture starts the
+    # node, or fails under ALPINEAGENTS_REQUIRE_INFRA.
     if e2e.real_node is None:
         pytest.skip("needs the bench's real node (ALPINEAGENTS_E2E_KUBECONFIG is set)")
     return e2e

@@ -51,10 +51,9 @@ for item in client.list_objects(where.bucket, recursive=True):
 
 
 @pytest.fixture
-def leaky(e2e: Environment) -> Iterator[tuple[Environment, ModelServer, str]]:
+def leaky(node_env: Environment) -> Iterator[tuple[Environment, ModelServer, str]]:
     """The environment, a scripted model pods can reach, and a prefix for Secret names."""
-    if e2e.real_node is None:
-        pytest.skip("needs the bench's real node (ALPINEAGENTS_E2E_KUBECONFIG is set)")
+    e2e = node_env
     from tests.bench.node_network import NodeSubnet
 
     prefix = f"leak-{uuid.uuid4().hex[:6]}"
