@@ -198,28 +198,44 @@ class Cluster:
                 raise
 
     # ------------------------------------------------------------------ Secrets
-    def apply_secret(self, manifest: Mapping[str, Any]) -> None:
+    def apply_secret(self, manifest: Mapping[str, Any], *, probably_exists: bool = False) -> None:
         """Create the Secret, or replace the data and annotations of the one there.
 
         The operator may create and patch Secrets, never read them. A Secret that exists
         is only changed if its first owner is the same object (a JSON-patch ``test``), so
         a Secret of someone else's with that name is never overwritten: that raises
-        :class:`SecretConflict`.
+        :class:`SecretConflict`. With ``probably_exists`` the patch is tried first (one
+        request instead of two when it does exist).
         """
         from kubernetes.client.exceptions import ApiException
 
-        meta = manifest["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
+        if probably_exists:
+            try:
+                self._patch_secret(manifest)
+                return
+            except ApiException as error:
+                if error.status != 404:
+                    raise
         try:
             _finish(
                 self._core.create_namespaced_secret(
-                    namespace, dict(manifest), _preload_content=False, _request_timeout=_TIMEOUT
+                    manifest["metadata"]["namespace"],
+                    dict(manifest),
+                    _preload_content=False,
+                    _request_timeout=_TIMEOUT,
                 )
             )
             return
         except ApiException as error:
             if error.status != 409:
                 raise
+        self._patch_secret(manifest)
+
+    def _patch_secret(self, manifest: Mapping[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        meta = manifest["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
         owner_uid = meta["ownerReferences"][0]["uid"]
         patch = [
             {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": owner_uid},

@@ -149,7 +149,12 @@ class RunCredentialIssuer:
             credentials = await asyncio.to_thread(
                 mint_run_credentials, access, run.state_id, self.lifetime
             )
-            await asyncio.to_thread(self.cluster.apply_secret, credentials_secret(run, credentials))
+            # A run that had a pod has its credentials Secret already: patch it first.
+            await asyncio.to_thread(
+                self.cluster.apply_secret,
+                credentials_secret(run, credentials),
+                probably_exists=run.status.attempt >= 1,
+            )
         except (
             ValueError,
             CredentialsRefused,

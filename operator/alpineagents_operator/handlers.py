@@ -9,8 +9,9 @@ What triggers a reconcile step of a run:
 - ``@kopf.on.resume`` / ``on.create`` / ``on.update`` (spec changes: suspend, approvals)
   of the AgentRun.
 - ``@kopf.on.event`` of any pod labelled ``alpineagents.dev/run`` (the watch is filtered
-  by that label on the server): the pod's run is reconciled. This is how a lost pod is
-  noticed within one watch event. No kopf finalizers or annotations are put on pods.
+  by that label on the server): the pod's run is reconciled, unless the pod looks to
+  :func:`decide` as it did at its last event. This is how a lost pod is noticed within
+  one watch event. No kopf finalizers or annotations are put on pods.
 - The DELETED event of an AgentRun, so its pods stop even without a garbage collector.
 - A resync loop every ``ALPINEAGENTS_RESYNC_SECONDS`` over all AgentRuns: the safety
   net for a missed event. It is a plain background task rather than ``@kopf.timer``
@@ -163,9 +164,16 @@ async def run_event(
 
 @kopf.on.event("v1", "pods", labels={RUN_LABEL: kopf.PRESENT})
 async def pod_changed(
-    namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+    event: kopf.RawEvent,
+    body: kopf.Body,
+    namespace: str | None,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
-    await _reconciler(memo).reconcile(_namespaced(namespace), labels[RUN_LABEL])
+    await _reconciler(memo).pod_changed(
+        _namespaced(namespace), labels[RUN_LABEL], dict(body), gone=event.get("type") == "DELETED"
+    )
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

@@ -41,6 +41,10 @@ _MAX_STEPS = 8  # per call; a healthy run converges in 3 (lost â†’ Interrupted â
 RunKey = tuple[str, str]
 
 
+async def _nothing() -> None:
+    return None
+
+
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -73,6 +77,8 @@ class Reconciler:
         self._claim_failures: dict[RunKey, int] = {}
         self._resync_errors: dict[RunKey, str] = {}
         """The last error each run's resync step logged (so it is logged once)."""
+        self._pod_views: dict[str, PodView] = {}
+        """Each pod's view at its last watch event, by uid (see :meth:`pod_changed`)."""
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
         self.credentials = RunCredentialIssuer(config, cluster, clock=clock, open_store=self._store)
@@ -93,10 +99,13 @@ class Reconciler:
         finally:
             self._queued.discard(key)
         try:
+            saved: SavedView | None = None
             for _ in range(_MAX_STEPS):
-                decision = await self._step(namespace, name)
+                decision, saved = await self._step(namespace, name, saved)
                 if decision is None or not decision.acts:
                     break
+                if decision.create_pod is not None:
+                    saved = None  # the new pod may write: the next step reads afresh
                 if decision.requeue_after is not None and decision.requeue_after > 0:
                     break
             else:
@@ -105,6 +114,20 @@ class Reconciler:
         finally:
             lock.release()
             self.last_step_at = time.monotonic()
+
+    async def pod_changed(self, namespace: str, run_name: str, pod: JSON, *, gone: bool) -> None:
+        """A watch event of one of a run's pods: reconcile the run, unless the pod looks
+        as it did at its last event (a new IP or a readiness probe changes nothing that
+        :func:`decide` reads; skipping those keeps a burst of lost pods from queueing
+        steps that find nothing to do)."""
+        view = PodView.from_pod(pod)
+        if not gone and view.uid and self._pod_views.get(view.uid) == view:
+            return
+        await self.reconcile(namespace, run_name)
+        if gone:
+            self._pod_views.pop(view.uid, None)
+        elif view.uid:
+            self._pod_views[view.uid] = view  # after the step: a failed one is not skipped
 
     def requeue(self, namespace: str, name: str, delay: float) -> None:
         """Reconcile the run again after ``delay`` seconds (keeps the soonest request)."""
@@ -188,7 +211,13 @@ class Reconciler:
         _log.info("%s/%s: deleted saved State %s", run.namespace, run.name, run.state_id)
 
     # ------------------------------------------------------------------ one step
-    async def _step(self, namespace: str, name: str) -> Decision | None:
+    async def _step(
+        self, namespace: str, name: str, saved: SavedView | None
+    ) -> tuple[Decision | None, SavedView | None]:
+        """One step; ``saved`` is what the previous step of the same call read from the
+        store, if it started no pod since (a lost run reads its State once, not once to
+        mark it Interrupted and again to resume it). Returns the decision carried out
+        and what was read."""
         body = await asyncio.to_thread(self.cluster.get_run, namespace, name)
         if body is None:
             # The AgentRun is gone: its pods must not run on (garbage collection does
@@ -197,7 +226,7 @@ class Reconciler:
             self.metrics.record_phase(namespace, name, None)
             self._due_at.pop((namespace, name), None)
             self._claim_failures.pop((namespace, name), None)
-            return None
+            return None, None
         run = AgentRunView.from_body(body)
         raw_pods: list[JSON] = []
         if labels_pods(name):  # else no pod can exist, and a selector by it is refused
@@ -205,13 +234,14 @@ class Reconciler:
         pods = [PodView.from_pod(p) for p in raw_pods]
         decision = decide(run, pods, None, self._clock())
         if decision.needs_saved:
-            saved = await self._read_saved(run)
+            if saved is None or saved.error is not None:
+                saved = await self._read_saved(run)
             decision = decide(run, pods, saved, self._clock())
         applied = await self._apply(run, body, decision)
         renew_in = await self.credentials.renew_if_due(run, pods)
         if renew_in is not None:
             self.requeue(namespace, name, renew_in)
-        return applied
+        return applied, saved
 
     async def _read_saved(self, run: AgentRunView) -> SavedView:
         url = store_url(run, self.config)
@@ -229,14 +259,6 @@ class Reconciler:
             _log.info("%s/%s: %s", run.namespace, run.name, decision.note)
         for pod_name in decision.delete_pods:
             await asyncio.to_thread(self.cluster.delete_pod, run.namespace, pod_name)
-        if decision.claim_state and decision.create_pod is not None:
-            problem = await self._fence(run)
-            if problem is not None:
-                failures = self._claim_failures[key] = self._claim_failures.get(key, 0) + 1
-                _log.warning("%s/%s: could not claim State %s: %s", *key, run.state_id, problem)
-                refused = claim_refused(run, decision.create_pod, problem, failures, self._clock())
-                return await self._apply(run, body, refused)
-            self._claim_failures.pop(key, None)
         if decision.create_pod is not None:
             forbidden = forbidden_secret_refs(run, self.config)
             if forbidden is not None:
@@ -244,7 +266,20 @@ class Reconciler:
                 return await self._apply(run, body, invalid)
             if uses_run_credentials(run, self.config):
                 await self._make_bucket_exist(run)
-            blocked = await self.credentials.before_pod(run, body)
+            # Independent calls to the store and the API server, at once: after a pod's
+            # loss they are most of the time until its replacement exists.
+            fenced, blocked, refusal = await asyncio.gather(
+                self._fence(run) if decision.claim_state else _nothing(),
+                self.credentials.before_pod(run, body),
+                self._write_spec_secret(run, decision.create_pod),
+            )
+            if fenced is not None:
+                failures = self._claim_failures[key] = self._claim_failures.get(key, 0) + 1
+                _log.warning("%s/%s: could not claim State %s: %s", *key, run.state_id, fenced)
+                refused = claim_refused(run, decision.create_pod, fenced, failures, self._clock())
+                return await self._apply(run, body, refused)
+            if decision.claim_state:
+                self._claim_failures.pop(key, None)
             if blocked is not None:
                 _log.warning("%s/%s: %s", *key, blocked)
                 waiting = start_blocked(
@@ -252,12 +287,13 @@ class Reconciler:
                 )
                 return await self._apply(run, body, waiting)
             manifest = pod_manifest(run, decision.create_pod, self.config)
-            try:
-                await asyncio.to_thread(
-                    self.cluster.apply_pod_secret, spec_secret(run, decision.create_pod)
-                )
-                created = await asyncio.to_thread(self.cluster.create_pod, manifest)
-            except PodRefused as refusal:
+            created = False
+            if refusal is None:
+                try:
+                    created = await asyncio.to_thread(self.cluster.create_pod, manifest)
+                except PodRefused as error:
+                    refusal = error
+            if refusal is not None:
                 _log.warning("%s/%s: %s", *key, refusal)
                 refused = pod_refused(
                     run, decision.create_pod, refusal.status, refusal.message, self._clock()
@@ -284,6 +320,15 @@ class Reconciler:
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
         return decision
+
+    async def _write_spec_secret(self, run: AgentRunView, attempt: int) -> PodRefused | None:
+        """Write the Secret the pod reads its spec from; returns the API server's refusal
+        of it (the pod is then refused too)."""
+        try:
+            await asyncio.to_thread(self.cluster.apply_pod_secret, spec_secret(run, attempt))
+        except PodRefused as refusal:
+            return refusal
+        return None
 
     async def _make_bucket_exist(self, run: AgentRunView) -> None:
         """Have the operator's store create a missing bucket before a pod with credentials

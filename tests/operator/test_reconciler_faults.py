@@ -123,7 +123,10 @@ def credentials(access_key: str, secret_key: str) -> dict[str, str]:
 
 
 def reconciler_for(
-    cluster: Kube, store_url: str, open_store_with: Callable[[str], Store]
+    cluster: Kube,
+    store_url: str,
+    open_store_with: Callable[[str], Store],
+    calls: Cluster | None = None,
 ) -> Reconciler:
     config = OperatorConfig(
         namespaces=(cluster.namespace,),
@@ -131,7 +134,8 @@ def reconciler_for(
         image="alpineagents:faults",
         run_credentials="shared",  # no pod runs here: it needs no credentials of its own
     )
-    return Reconciler(config, Cluster(cluster.plane.api_client()), open_store=open_store_with)
+    calls = calls or Cluster(cluster.plane.api_client())
+    return Reconciler(config, calls, open_store=open_store_with)
 
 
 def interrupted_run(cluster: Kube, store: Store, name: str) -> str:
@@ -362,31 +366,40 @@ async def test_a_lost_pod_still_writing_is_fenced_before_its_successor_is_create
 def kubelet_reports_exit(kube: Kube, pod: str, runner: RunnerProcess, code: int) -> None:
     """Write the pod's status as its kubelet would once ``runner`` (its container's
     process) has exited with ``code``: the exit code and the termination message."""
-    kube.core.patch_namespaced_pod_status(
-        pod,
-        kube.namespace,
-        {
-            "status": {
-                "phase": "Succeeded" if code == 0 else "Failed",
-                "containerStatuses": [
-                    {
-                        "name": "agent",
-                        "image": "alpineagents:faults",
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "state": {
-                            "terminated": {
-                                "exitCode": code,
-                                "reason": "Completed" if code == 0 else "Error",
-                                "message": runner.message_path.read_text(),
-                            }
-                        },
-                    }
-                ],
-            }
-        },
+    container_exited(kube, pod, code, runner.message_path.read_text())
+
+
+def container_exited(kube: Kube, pod: str, code: int, message: str = "") -> JSON:
+    """Write the pod's status as its kubelet would once its container exited with
+    ``code``; returns the pod as a watch event would carry it."""
+    patched: JSON = kube.core.api_client.sanitize_for_serialization(
+        kube.core.patch_namespaced_pod_status(
+            pod,
+            kube.namespace,
+            {
+                "status": {
+                    "phase": "Succeeded" if code == 0 else "Failed",
+                    "containerStatuses": [
+                        {
+                            "name": "agent",
+                            "image": "alpineagents:faults",
+                            "imageID": "",
+                            "ready": False,
+                            "restartCount": 0,
+                            "state": {
+                                "terminated": {
+                                    "exitCode": code,
+                                    "reason": "Completed" if code == 0 else "Error",
+                                    "message": message,
+                                }
+                            },
+                        }
+                    ],
+                }
+            },
+        )
     )
+    return patched
 
 
 async def test_status_agrees_with_the_history_after_a_store_outage(
@@ -483,3 +496,65 @@ async def test_status_agrees_with_the_history_after_a_store_outage(
     assert done["abortedCalls"] == aborted  # status agrees with the history
     assert done["lastSavedSeq"] == max(e.seq for e in state.history)
     assert "savedStateUnread" not in done
+
+
+# ------------------------------------------------------------------------------ a lost pod
+class CountingStore(OldPodWritesAfterEachRead):
+    """The operator's store, counting its reads of States."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner, lambda: None)
+        self.reads = 0
+
+    def read(self, state_id: str) -> Record | None:
+        self.reads += 1
+        return super().read(state_id)
+
+
+class CountingCluster(Cluster):
+    """The operator's API calls, counting its reads of AgentRuns (one per step)."""
+
+    steps = 0
+
+    def get_run(self, namespace: str, name: str) -> JSON | None:
+        self.steps += 1
+        return super().get_run(namespace, name)
+
+
+async def test_a_lost_pod_is_replaced_in_one_call_that_reads_its_state_once(
+    cluster: Kube, minio: S3Server, store_url: str
+) -> None:
+    root = credentials(minio.access_key, minio.secret_key)
+    stores: list[CountingStore] = []
+
+    def counted(url: str) -> Store:
+        stores.append(CountingStore(open_store(url, env=root)))
+        return stores[-1]
+
+    name = f"f-{uuid.uuid4().hex[:6]}"
+    uid = cluster.create_run(name, restartPolicy={"initialBackoffSeconds": 0})["metadata"]["uid"]
+    open_store(store_url, env=root).save(
+        State(f"{cluster.namespace}.{name}.{uid[:8]}", [Message.user("hi")])
+    )
+    counting = CountingCluster(cluster.plane.api_client())
+    reconciler = reconciler_for(cluster, store_url, counted, counting)
+    try:
+        await reconciler.reconcile(cluster.namespace, name)
+        assert cluster.pod_names(name) == [f"{name}-1"]
+        pod = container_exited(cluster, f"{name}-1", 143)  # SIGTERM'd, as by a drain
+        reads_before = sum(s.reads for s in stores)
+        await reconciler.pod_changed(cluster.namespace, name, pod, gone=False)
+        # Marked Interrupted, then resumed in pod 2: the State read once for both steps.
+        assert cluster.pod_names(name) == [f"{name}-1", f"{name}-2"]
+        resumed = status(cluster.run(name))
+        assert (resumed["attempt"], resumed["restarts"]) == (2, 1)
+        assert sum(s.reads for s in stores) - reads_before == 1
+        # The same pod again (a watch delivers an unchanged pod, or a readiness change):
+        # nothing for a step to do, so no step runs.
+        steps_before = counting.steps
+        await reconciler.pod_changed(cluster.namespace, name, pod, gone=False)
+        assert counting.steps == steps_before
+        await reconciler.pod_changed(cluster.namespace, name, pod, gone=True)
+        assert counting.steps == steps_before + 1  # its deletion is news
+    finally:
+        reconciler.close()
