@@ -447,8 +447,11 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
             "",
             f"{kubelet_version()} with containerd and runc on this machine, our image, the "
             "chart installed with its defaults (the operator in its pod, the bundled MinIO "
-            "with per-pod STS credentials, the echo model), zero restart backoff, run pods "
-            "requesting 10m CPU so that all fit on the node. Each run's tool call is held "
+            "with per-pod STS credentials, the echo model; the operator requests 250m CPU), "
+            "zero restart backoff, run pods requesting 10m CPU so that all fit on the node. "
+            "A CPU request is also a container's share of a busy node: with the operator at "
+            "50m, the chart's earlier default, a burst of 30 on this node gave the "
+            "operator's part p50 5.8 s, p95 7.5 s (a single pass, a quiet machine). Each run's tool call is held "
             "in the bench's tool gate; its pod is deleted through the API (SIGTERM: the "
             "runner saves the call as aborted and exits 143). Loss observed and replacement "
             "created are arrival times of events on one pod watch held by the benchmark; "
@@ -458,7 +461,7 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
             "claim the saved State, issue credentials, create the pod) and the create "
             "call; the rest is the kubelet starting the pod, the runner's process start, "
             "the load and the first save, all sharing the 2 CPUs with the "
-            f"{n} pods starting at once. Load average (1 / 5 / 15 min) at the burst: "
+            f"{n} pods stopping and starting at once. Load average (1 / 5 / 15 min) at the burst: "
             f"{loads}; at the single losses, 1-minute {single_loads[0]:.1f} to "
             f"{single_loads[-1]:.1f}.",
         ]
