@@ -109,7 +109,6 @@ import json
 import logging
 import secrets
 import threading
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
@@ -133,21 +132,9 @@ from ...errors import (
 from ..base import Record, StateInfo, Store, encode_id, exists_error, not_found_error
 from . import legacy
 from .objects import FETCH_THREADS, BoundedPool, Objects, Vanished
+from .pieces import Pieces
 from .segments import Lines, checked_prefix, lines_of, new_entries
-from .slots import (
-    Header,
-    Piece,
-    cover,
-    encode_piece,
-    merged_name,
-    next_slot,
-    parse_header,
-    parse_piece_name,
-    plan_merge,
-    slot_name,
-    split_piece,
-    unneeded,
-)
+from .slots import Header, cover, encode_piece, next_slot, slot_name
 
 __all__ = [
     "MinioStore",
@@ -162,7 +149,6 @@ _INFO = "info.json"
 _LAYOUT = 2
 _READ_ATTEMPTS = 10  # a read re-lists when a merge deletes an object under it
 _CLAIM_ATTEMPTS = 5  # a take-over of what is saved now looks again when it loses a race
-_HEADER_BYTES = 64 << 10  # a ranged GET for a header: info is small
 
 
 @dataclass
@@ -224,16 +210,14 @@ class MinioStore(Store):
         self.endpoint = f"{'https' if base.is_https else 'http'}://{base.host}"
         """Where the store is, as ``scheme://host:port`` (no credentials)."""
         self._objects = Objects(client, bucket, self.retry_budget, repr(self))
+        self._pieces = Pieces(self._objects, merge_bytes=merge_bytes, cache_bytes=cache_bytes)
         self._bucket_ready = False
         self._held: dict[str, _Chain] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
-        self._cache: OrderedDict[str, tuple[Header, Lines]] = OrderedDict()
-        self._cached_bytes = 0
         self._merger: ThreadPoolExecutor | None = None
         self._merges: dict[str, Future[None]] = {}
         self._merge_again: set[str] = set()
-        self._posts: set[str] = set()  # keys of fence posts merges met (kept for good)
 
     @classmethod
     def connect(
@@ -410,7 +394,7 @@ class MinioStore(Store):
                 kept_folder = f"{folder}h-{again[0]['incarnation']}/"
                 keys = [k for k in keys if not k.startswith(kept_folder) and k != folder + _INFO]
             self._objects.remove([k for k in keys if k not in keep], deadline)
-            self._forget(keys)
+            self._pieces.forget(keys)
 
     def ensure_bucket(self) -> None:
         """Create the bucket if it is missing (and ``create_bucket`` allows it).
@@ -513,11 +497,11 @@ class MinioStore(Store):
                 legacy=(doc, etag),
             )
         incarnation = str(doc["incarnation"])
-        pieces = self._list_pieces(folder, incarnation, deadline)
+        pieces = self._pieces.list(folder, incarnation, deadline)
         if not pieces:
             raise StateFormatError(f"State {state_id!r} in {self!r} has no slots: damaged")
         newest = max(pieces, key=lambda p: (p.high, p.merged))
-        header = self._get_header(newest.key, deadline)
+        header = self._pieces.header(newest.key, deadline)
         if header is None:  # merged away meanwhile: look again
             return self._learn(state_id, folder, deadline)
         return _Chain(incarnation, newest.high + 1, header.last + 1, header.epoch, header.info)
@@ -557,7 +541,7 @@ class MinioStore(Store):
                 chain.checked = True  # it may have landed: the next write makes sure
                 raise
             if created is None:
-                theirs = self._get_header(key, deadline)
+                theirs = self._pieces.header(key, deadline)
                 if theirs is None or theirs.writer != chain.token:
                     self._refused(state_id, chain, theirs)
                 # Our own create, its answer lost (now, or in a save that failed).
@@ -567,13 +551,13 @@ class MinioStore(Store):
                     return
                 continue
             if chain.checked:
-                listed = self._list_pieces(folder, chain.incarnation, deadline)
+                listed = self._pieces.list(folder, chain.incarnation, deadline)
                 if any(p.high > slot or (p.merged and p.high == slot) for p in listed):
                     # A merge had deleted this slot: ours is a copy nobody reads.
                     self._refused(state_id, chain, None)
             self._advance(chain, header)
             chain.unmerged += 1
-            self._keep(key, header, lines, len(body))
+            self._pieces.keep(key, header, lines, len(body))
             return
 
     def _advance(self, chain: _Chain, header: Header) -> None:
@@ -601,7 +585,7 @@ class MinioStore(Store):
         """Create a *deleted* slot after the chain: a writer still saving finds it."""
         prefix = f"{folder}h-{incarnation}/"
         for _ in range(5):
-            key = prefix + slot_name(next_slot(self._list_pieces(folder, incarnation, deadline)))
+            key = prefix + slot_name(next_slot(self._pieces.list(folder, incarnation, deadline)))
             header = Header(0, -1, 0, secrets.token_hex(8), None, "deleted", True)
             if self._objects.put_conditional(key, encode_piece(header, []), deadline):
                 return key
@@ -635,7 +619,7 @@ class MinioStore(Store):
             # our own PUT, its answer was lost
         chain = _Chain(incarnation, 1, len(lines), 1, info, token=token, unmerged=1)
         self._hold(state_id, chain)
-        self._keep(key, header, lines, len(body))
+        self._pieces.keep(key, header, lines, len(body))
         # Folders of incarnations without an info.json (a create that crashed between its
         # two PUTs, a deleted State's fence): invisible, removed now that this one owns it.
         orphans = [k for k in present if k.startswith(folder + "h-")]
@@ -752,17 +736,17 @@ class MinioStore(Store):
         seen: dict[str, tuple[Header, Lines]],
     ) -> tuple[Lines, _Chain] | None:
         """The chain's entries and what a writer needs to know; None to read again."""
-        covering = cover(self._list_pieces(folder, incarnation, deadline))
+        covering = cover(self._pieces.list(folder, incarnation, deadline))
         if not covering:
             return None
         try:
             if since > 0:  # the newest object first: a follower usually needs only it
-                needed = self._fetch(covering[-1:], deadline, seen)
+                needed = self._pieces.fetch(covering[-1:], deadline, seen)
                 if needed[0][0].first > since:
                     older = [p for p in covering[:-1] if not (p.merged and p.last < since)]
-                    needed = self._fetch(older, deadline, seen) + needed
+                    needed = self._pieces.fetch(older, deadline, seen) + needed
             else:
-                needed = self._fetch(covering, deadline, seen)
+                needed = self._pieces.fetch(covering, deadline, seen)
         except Vanished:
             return None
         lines: Lines = []
@@ -785,27 +769,6 @@ class MinioStore(Store):
         )
         return lines, chain
 
-    def _fetch(
-        self,
-        pieces: builtins.list[Piece],
-        deadline: float,
-        found: dict[str, tuple[Header, Lines]] | None = None,
-    ) -> builtins.list[tuple[Header, Lines]]:
-        """Each piece's header and entries (from ``found`` or memory, else GET in
-        parallel), in order; what it GETs goes into ``found``."""
-        if found is None:
-            found = {}
-        for piece in pieces:
-            if piece.key in found:
-                continue
-            cached = self._cached(piece.key)
-            if cached is not None:
-                found[piece.key] = cached
-        bodies = self._objects.fetch_all([p.key for p in pieces if p.key not in found], deadline)
-        for key, body in bodies.items():
-            found[key] = split_piece(key, body)
-        return [found[p.key] for p in pieces]
-
     def _listed_info(self, folder: str, deadline: float) -> dict[str, Any] | None:
         # One damaged or vanishing State does not hide the others.
         try:
@@ -817,31 +780,15 @@ class MinioStore(Store):
                 return dict(doc["info"])
             incarnation = str(doc["incarnation"])
             for _ in range(_READ_ATTEMPTS):
-                covering = cover(self._list_pieces(folder, incarnation, deadline))
+                covering = cover(self._pieces.list(folder, incarnation, deadline))
                 if not covering:
                     return None
-                header = self._get_header(covering[-1].key, deadline)
+                header = self._pieces.header(covering[-1].key, deadline)
                 if header is not None:
                     return header.info if header.kind != "deleted" else None
         except (ValueError, KeyError, TypeError) as error:
             _log.warning("list() skips %s: %s", folder, error)
         return None
-
-    def _get_header(self, key: str, deadline: float) -> Header | None:
-        """The header of one object (a ranged GET); None if it is gone."""
-        cached = self._cached(key)
-        if cached is not None:
-            return cached[0]
-        got = self._objects.get(key, deadline, length=_HEADER_BYTES)
-        if got is None:
-            return None
-        body = got[0]
-        if b"\n" not in body:
-            whole = self._objects.get(key, deadline)
-            if whole is None:
-                return None
-            body = whole[0]
-        return parse_header(key, body[: body.index(b"\n")])
 
     def _get_doc(self, folder: str, deadline: float) -> tuple[dict[str, Any], str] | None:
         key = folder + _INFO
@@ -860,14 +807,6 @@ class MinioStore(Store):
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{key} in {self!r} is damaged: {error}") from error
         return doc, etag
-
-    def _list_pieces(
-        self, folder: str, incarnation: str, deadline: float, *, retry: bool = True
-    ) -> builtins.list[Piece]:
-        prefix = f"{folder}h-{incarnation}/"
-        listed = self._objects.list(prefix, deadline, retry=retry)
-        pieces = (parse_piece_name(key, prefix, size) for key, size, _ in listed)
-        return [piece for piece in pieces if piece is not None]
 
     # ------------------------------------------------------------ merging
     def _start_merge(self, state_id: str, folder: str, incarnation: str) -> None:
@@ -899,61 +838,12 @@ class MinioStore(Store):
             try:
                 # Only slots whose create was answered: one whose answer was lost is
                 # checked by the next save, which must not find it merged by us.
-                self._merge(folder, incarnation, chain.slot, self._objects.deadline())
+                self._pieces.merge(folder, incarnation, chain.slot, self._objects.deadline())
             except Exception as error:  # the saves succeeded; a later one merges again
                 _log.warning("merging the slots of %r in %r failed: %s", state_id, self, error)
             with self._guard:
                 again = state_id in self._merge_again
                 self._merge_again.discard(state_id)
-
-    def _merge(self, folder: str, incarnation: str, below: int, deadline: float) -> None:
-        """Merge the newest of slots ``0..below-1`` (see :func:`.slots.plan_merge`)."""
-        prefix = f"{folder}h-{incarnation}/"
-        listed = [
-            piece
-            for piece in self._list_pieces(folder, incarnation, deadline, retry=False)
-            if piece.high < below
-        ]
-        covering = cover(listed)
-        if not covering:
-            return
-        inputs = plan_merge(covering, self.merge_bytes)
-        got: dict[str, tuple[Header, Lines]] = {}
-        if inputs:
-            fetched = self._fetch(inputs, deadline)
-            got = {piece.key: pair for piece, pair in zip(inputs, fetched, strict=True)}
-            lines: Lines = []
-            expected = fetched[0][0].first
-            for _, piece_lines in fetched:  # pieces of a cover may overlap
-                for seq, line in piece_lines:
-                    if seq >= expected:
-                        lines.append((seq, line))
-                        expected = seq + 1
-            first, newest = fetched[0][0].first, fetched[-1][0]
-            merged_header = Header(
-                first, newest.last, newest.epoch, newest.writer, newest.info, "merged", False
-            )
-            body = encode_piece(merged_header, (line for _, line in lines))
-            key = prefix + merged_name(inputs[0].low, inputs[-1].high, first, newest.last)
-            self._objects.put(key, body, deadline, retry=False)
-            self._keep(key, merged_header, lines, len(body))  # the next merge's input
-            merged = Piece(key, inputs[0].low, inputs[-1].high, True, len(body), first, newest.last)
-            listed = [*listed, merged]
-            covering = cover(listed) or []
-        merged_away, slots = unneeded(listed, covering)
-        doomed = [piece.key for piece in merged_away]
-        for piece in slots:  # keep fence posts: they fence the writers of older epochs
-            if piece.key in self._posts:
-                continue
-            header = (
-                got[piece.key][0] if piece.key in got else self._get_header(piece.key, deadline)
-            )
-            if header is not None and not header.post:
-                doomed.append(piece.key)
-            elif header is not None:
-                self._posts.add(piece.key)  # not read again by the next merge
-        self._objects.remove(doomed, deadline, retry=False)
-        self._forget(doomed)
 
     # ------------------------------------------------------------ bucket
     def _ensure_bucket(self, deadline: float) -> None:
@@ -1005,39 +895,12 @@ class MinioStore(Store):
             if held is None or held.token is None or held.fenced:
                 self._held[state_id] = chain
 
-    def _keep(self, key: str, header: Header, lines: Lines, size: int) -> None:
-        if size > self.cache_bytes // 4:
-            return
-        with self._guard:
-            if key in self._cache:
-                return
-            self._cache[key] = (header, lines)
-            self._cached_bytes += _size(lines)
-            while self._cached_bytes > self.cache_bytes and self._cache:
-                _, (_, dropped) = self._cache.popitem(last=False)
-                self._cached_bytes -= _size(dropped)
-
-    def _cached(self, key: str) -> tuple[Header, Lines] | None:
-        with self._guard:
-            return self._cache.get(key)
-
-    def _forget(self, keys: builtins.list[str]) -> None:
-        with self._guard:
-            for key in keys:
-                pair = self._cache.pop(key, None)
-                if pair is not None:
-                    self._cached_bytes -= _size(pair[1])
-
     def _lock_of(self, state_id: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(state_id, threading.Lock())
 
     def _folder(self, state_id: str) -> str:
         return f"{self.prefix}{encode_id(state_id)}/"
-
-
-def _size(lines: Lines) -> int:
-    return sum(len(line) + 1 for _, line in lines)
 
 
 def _doc_bytes(doc: dict[str, Any]) -> bytes:
