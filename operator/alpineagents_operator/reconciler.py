@@ -38,6 +38,8 @@ from .views import JSON, AgentRunView, PodView, SavedView, labels_pods
 _log = logging.getLogger(__name__)
 _MAX_STEPS = 8  # per call; a healthy run converges in 3 (lost → Interrupted → resumed)
 
+_MAX_POD_VIEWS = 20_000
+
 RunKey = tuple[str, str]
 
 
@@ -127,6 +129,9 @@ class Reconciler:
         if gone:
             self._pod_views.pop(view.uid, None)
         elif view.uid:
+            if len(self._pod_views) >= _MAX_POD_VIEWS:
+                # Pods whose deletion the watch missed: forgetting all costs one step each.
+                self._pod_views.clear()
             self._pod_views[view.uid] = view  # after the step: a failed one is not skipped
 
     def requeue(self, namespace: str, name: str, delay: float) -> None:

@@ -12,10 +12,13 @@ what runs here), with what this machine needs on top, each said where it happens
   MinIO build, put on the node with ``kind load`` under the chart's image name.
 
 The watch (``kubectl get ar -w``) is replaced by ``kubectl wait`` for the phases it shows.
+The cluster ``kind create cluster --config kind-config.yaml`` makes must have one Ready
+node, and ``kind delete cluster`` must remove it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import threading
@@ -130,6 +133,14 @@ def test_walkthrough_run_survives_its_pods_deletion(kind_bench: KindBench, tmp_p
             + f" --image {kind_bench.node_image} --wait 300s",
             timeout=900,
         )
+        nodes = json.loads(sh("kubectl get nodes -o json"))["items"]
+        ready = {
+            node["metadata"]["name"]: next(
+                c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"
+            )
+            for node in nodes
+        }
+        assert ready == {f"{CLUSTER}-control-plane": "True"}
         # 2. The image.
         images = ensure_images()
         ours, minio = images["alpineagents"], images["minio"]
