@@ -127,8 +127,9 @@ class Cluster:
             )
         return list(listing.get("items") or [])
 
-    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
-        """Merge-patch the AgentRun's status subresource; False if the run is gone.
+    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JSON | None:
+        """Merge-patch the AgentRun's status subresource; returns the run as the API
+        server answered (None if the run is gone).
 
         A merge patch changes only the fields it names, so the operator never sends a
         whole status it read earlier (and never clobbers a newer write).
@@ -147,12 +148,12 @@ class Cluster:
                 _preload_content=False,
                 _request_timeout=_TIMEOUT,
             )
-            _finish(response)
+            answered: JSON = json.loads(_finish(response))
         except ApiException as error:
             if error.status == 404:
-                return False
+                return None
             raise
-        return True
+        return answered
 
     # ------------------------------------------------------------------ pods
     def list_pods(self, namespace: str, run_name: str) -> list[JSON]:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from alpineagents import Store, open_store
@@ -24,7 +25,7 @@ from . import saved_state
 from .cluster import Cluster, PodRefused, failure_text
 from .config import OperatorConfig
 from .credential_issuer import RunCredentialIssuer
-from .decide import Decision, claim_refused, decide, pod_refused, start_blocked
+from .decide import Decision, RunEvent, claim_refused, decide, pod_refused, start_blocked
 from .metrics import OperatorMetrics
 from .pods import (
     forbidden_secret_refs,
@@ -41,6 +42,17 @@ _MAX_STEPS = 8  # per call; a healthy run converges in 3 (lost â†’ Interrupted â
 _MAX_POD_VIEWS = 20_000
 
 RunKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What one step of a reconcile call read or was answered, for the next step of the
+    same call: the saved State, and (when the step changed no pod) the run as its status
+    patch was answered and the pods it listed."""
+
+    saved: SavedView | None = None
+    body: JSON | None = None
+    pods: list[JSON] | None = None
 
 
 async def _nothing() -> None:
@@ -79,6 +91,8 @@ class Reconciler:
         self._claim_failures: dict[RunKey, int] = {}
         self._resync_errors: dict[RunKey, str] = {}
         """The last error each run's resync step logged (so it is logged once)."""
+        self._posting: dict[RunKey, list[asyncio.Task[None]]] = {}
+        """Events being posted for a run's running reconcile call."""
         self._pod_views: dict[str, PodView] = {}
         """Each pod's view at its last watch event, by uid (see :meth:`pod_changed`)."""
         self._due_at: dict[RunKey, float] = {}
@@ -101,21 +115,24 @@ class Reconciler:
         finally:
             self._queued.discard(key)
         try:
-            saved: SavedView | None = None
+            seen = _Seen()
             for _ in range(_MAX_STEPS):
-                decision, saved = await self._step(namespace, name, saved)
+                decision, seen = await self._step(namespace, name, seen)
                 if decision is None or not decision.acts:
                     break
-                if decision.create_pod is not None:
-                    saved = None  # the new pod may write: the next step reads afresh
                 if decision.requeue_after is not None and decision.requeue_after > 0:
                     break
             else:
                 _log.warning("%s/%s: still changing after %d steps", namespace, name, _MAX_STEPS)
                 self.requeue(namespace, name, 1.0)
         finally:
-            lock.release()
-            self.last_step_at = time.monotonic()
+            try:
+                posting = self._posting.pop(key, [])
+                if posting:
+                    await asyncio.gather(*posting)
+            finally:
+                lock.release()
+                self.last_step_at = time.monotonic()
 
     async def pod_changed(self, namespace: str, run_name: str, pod: JSON, *, gone: bool) -> None:
         """A watch event of one of a run's pods: reconcile the run, unless the pod looks
@@ -216,14 +233,13 @@ class Reconciler:
         _log.info("%s/%s: deleted saved State %s", run.namespace, run.name, run.state_id)
 
     # ------------------------------------------------------------------ one step
-    async def _step(
-        self, namespace: str, name: str, saved: SavedView | None
-    ) -> tuple[Decision | None, SavedView | None]:
-        """One step; ``saved`` is what the previous step of the same call read from the
-        store, if it started no pod since (a lost run reads its State once, not once to
-        mark it Interrupted and again to resume it). Returns the decision carried out
-        and what was read."""
-        body = await asyncio.to_thread(self.cluster.get_run, namespace, name)
+    async def _step(self, namespace: str, name: str, seen: _Seen) -> tuple[Decision | None, _Seen]:
+        """One step, reading what ``seen`` (from the previous step of the same call) does
+        not already hold; returns the decision carried out and what the next step may
+        take from this one."""
+        body = seen.body
+        if body is None:
+            body = await asyncio.to_thread(self.cluster.get_run, namespace, name)
         if body is None:
             # The AgentRun is gone: its pods must not run on (garbage collection does
             # this too, where there is a controller-manager; this is quicker).
@@ -231,22 +247,27 @@ class Reconciler:
             self.metrics.record_phase(namespace, name, None)
             self._due_at.pop((namespace, name), None)
             self._claim_failures.pop((namespace, name), None)
-            return None, None
+            return None, _Seen()
         run = AgentRunView.from_body(body)
-        raw_pods: list[JSON] = []
-        if labels_pods(name):  # else no pod can exist, and a selector by it is refused
-            raw_pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
+        raw_pods = seen.pods
+        if raw_pods is None:
+            raw_pods = []
+            if labels_pods(name):  # else no pod can exist, and a selector by it is refused
+                raw_pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
         pods = [PodView.from_pod(p) for p in raw_pods]
+        saved = seen.saved
         decision = decide(run, pods, None, self._clock())
         if decision.needs_saved:
             if saved is None or saved.error is not None:
                 saved = await self._read_saved(run)
             decision = decide(run, pods, saved, self._clock())
-        applied = await self._apply(run, body, decision)
+        applied, answered = await self._apply(run, body, decision)
         renew_in = await self.credentials.renew_if_due(run, pods)
         if renew_in is not None:
             self.requeue(namespace, name, renew_in)
-        return applied, saved
+        if applied.create_pod is not None or applied.delete_pods:
+            return applied, _Seen()  # the pods changed, and a new one may write: read afresh
+        return applied, _Seen(saved=saved, body=answered, pods=raw_pods)
 
     async def _read_saved(self, run: AgentRunView) -> SavedView:
         url = store_url(run, self.config)
@@ -256,9 +277,12 @@ class Reconciler:
             return SavedView(exists=False, error=f"cannot open store {redact(url)!r}: {error}")
         return await asyncio.to_thread(saved_state.read_saved, store, run.state_id)
 
-    async def _apply(self, run: AgentRunView, body: JSON, decision: Decision) -> Decision:
+    async def _apply(
+        self, run: AgentRunView, body: JSON, decision: Decision
+    ) -> tuple[Decision, JSON | None]:
         """Carry out a decision; returns the one carried out (another one if the API
-        server refused the pod it asked for)."""
+        server refused the pod it asked for), and the run as the API server answered its
+        status patch (None: no patch)."""
         key = (run.namespace, run.name)
         if decision.note and decision.acts:
             _log.info("%s/%s: %s", run.namespace, run.name, decision.note)
@@ -311,12 +335,15 @@ class Reconciler:
             due = self._due_at.pop(key, None)
             if due is not None and decision.create_pod > 1:
                 self.metrics.resume_latency.observe(max(0.0, time.monotonic() - due))
+        answered = None
         if decision.status:
-            await asyncio.to_thread(
+            answered = await asyncio.to_thread(
                 self.cluster.patch_status, run.namespace, run.name, decision.status
             )
-        for event in decision.events:
-            await asyncio.to_thread(self.cluster.post_event, body, event)
+        if decision.events:
+            # Posted while the next step goes on; the call waits for them before it ends.
+            task = asyncio.create_task(self._post_events(body, decision.events))
+            self._posting.setdefault(key, []).append(task)
         if decision.lost_reason is not None:
             self.metrics.record_loss(decision.lost_reason)
             self._due_at[key] = time.monotonic() + (decision.requeue_after or 0.0)
@@ -324,7 +351,11 @@ class Reconciler:
         self.metrics.record_phase(run.namespace, run.name, str(phase) if phase else None)
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
-        return decision
+        return decision, answered
+
+    async def _post_events(self, body: JSON, events: Sequence[RunEvent]) -> None:
+        for event in events:
+            await asyncio.to_thread(self.cluster.post_event, body, event)
 
     async def _write_spec_secret(self, run: AgentRunView, attempt: int) -> PodRefused | None:
         """Write the Secret the pod reads its spec from; returns the API server's refusal

@@ -512,12 +512,13 @@ class CountingStore(OldPodWritesAfterEachRead):
 
 
 class CountingCluster(Cluster):
-    """The operator's API calls, counting its reads of AgentRuns (one per step)."""
+    """The operator's API calls, counting its reads of AgentRuns (every reconcile call
+    starts with one)."""
 
-    steps = 0
+    run_reads = 0
 
     def get_run(self, namespace: str, name: str) -> JSON | None:
-        self.steps += 1
+        self.run_reads += 1
         return super().get_run(namespace, name)
 
 
@@ -549,12 +550,13 @@ async def test_a_lost_pod_is_replaced_in_one_call_that_reads_its_state_once(
         resumed = status(cluster.run(name))
         assert (resumed["attempt"], resumed["restarts"]) == (2, 1)
         assert sum(s.reads for s in stores) - reads_before == 1
+        assert {"PodLost", "PodCreated"} <= set(cluster.event_reasons(name))
         # The same pod again (a watch delivers an unchanged pod, or a readiness change):
         # nothing for a step to do, so no step runs.
-        steps_before = counting.steps
+        reads_before = counting.run_reads
         await reconciler.pod_changed(cluster.namespace, name, pod, gone=False)
-        assert counting.steps == steps_before
+        assert counting.run_reads == reads_before
         await reconciler.pod_changed(cluster.namespace, name, pod, gone=True)
-        assert counting.steps == steps_before + 1  # its deletion is news
+        assert counting.run_reads == reads_before + 1  # its deletion is news
     finally:
         reconciler.close()
