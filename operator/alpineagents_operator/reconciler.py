@@ -4,9 +4,12 @@ One :class:`Reconciler` serves the whole operator. Steps of one AgentRun never o
 (a lock per run), a request that arrives while another is already queued for the same
 run is dropped (the queued one reads everything afresh when it starts), and after a
 step that changed something the next step follows at once, so "pod lost" →
-"Interrupted" → (zero backoff) → "replacement created" happens within one call. Nothing
+"Interrupted" → (zero backoff) → "replacement created" happens within one call; that
+next step starts from what the one before read and was answered (the saved State, the
+run as its status patch returned it, the pods) instead of reading them again. Nothing
 here is the truth about a run: that is the AgentRun's status and the store. What this
-class keeps in memory (locks, timers, when a loss was seen) only makes it faster.
+class keeps in memory (locks, timers, when a loss was seen, each pod's last view) only
+makes it faster.
 """
 
 from __future__ import annotations
