@@ -40,7 +40,7 @@ from pathlib import Path
 
 from tests.bench.host_cleanup import remove_cgroup
 from tests.bench.host_packages import ensure_packages
-from tests.bench.infra import infra_required
+from tests.bench.infra import provisioning_failed
 from tests.bench.server_process import ServerFailed, ServerProcess
 from tests.bench.testbin import ProvisioningError, binary_path, cache_root
 
@@ -438,11 +438,13 @@ def _build_minio(docker: Docker, image: Image, base: Image) -> None:
 
 
 @contextlib.contextmanager
-def _images_lock() -> Iterator[None]:
+def images_lock(name: str = ".lock") -> Iterator[None]:
+    """An exclusive lock on the file ``name`` in the images' folder, across processes
+    (two checkouts or test sessions building or using the same images)."""
     import fcntl
 
     images_root().mkdir(parents=True, exist_ok=True)
-    with (images_root() / ".lock").open("w") as lock:
+    with (images_root() / name).open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -453,7 +455,7 @@ def _images_lock() -> Iterator[None]:
 def ensure_images(report: bool = False) -> dict[str, Image]:
     """Build whatever image is not cached yet; with ``report``, print a line for each."""
     images = plan()
-    with _images_lock():
+    with images_lock():
         docker = Docker()
         try:
             for name, image in images.items():
@@ -493,11 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         ensure_images(report=True)
     except ProvisioningError as error:
-        if infra_required():
-            print(f"error: {error}", file=sys.stderr)
-            return 1
-        print(f"the real-node tests will skip: {error}", file=sys.stderr)
-        return 0
+        return provisioning_failed(error, "real-node")
     print(f"{'total':<93} {time.monotonic() - started:7.1f}s", flush=True)
     return 0
 

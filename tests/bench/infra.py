@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from typing import NoReturn
 
 import pytest
@@ -24,6 +25,16 @@ def missing(what: str, how_to_fix: str) -> NoReturn:
     if infra_required():
         pytest.fail(message + " (ALPINEAGENTS_REQUIRE_INFRA=1: failing instead of skipping)")
     pytest.skip(message)
+
+
+def provisioning_failed(error: Exception, tests: str) -> int:
+    """The exit code of a provisioning command that ``error`` stopped: 1 in CI, where
+    the ``tests`` would fail; else 0, saying they will skip."""
+    if infra_required():
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"the {tests} tests will skip: {error}", file=sys.stderr)
+    return 0
 
 
 def free_port() -> int:

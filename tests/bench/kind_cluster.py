@@ -23,7 +23,6 @@ tests use (:func:`config_for_our_machines`), not into the users' ``kind-config.y
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import subprocess
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.bench.images import Docker, images_root
+from tests.bench.images import Docker, images_lock, images_root
 from tests.bench.testbin import ProvisioningError, binary_path
 
 BENCH = Path(__file__).resolve().parent
@@ -77,13 +76,8 @@ def kind_daemon() -> Docker:
 @contextlib.contextmanager
 def kind_sessions_lock() -> Iterator[None]:
     """Held by a test session using kind clusters, so the next one waits for it."""
-    images_root().mkdir(parents=True, exist_ok=True)
-    with (images_root() / ".kind-sessions.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with images_lock(".kind-sessions.lock"):
+        yield
 
 
 @contextlib.contextmanager

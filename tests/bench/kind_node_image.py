@@ -65,7 +65,7 @@ from tests.bench.images import (
     images_root,
     plan,
 )
-from tests.bench.infra import infra_required
+from tests.bench.infra import provisioning_failed
 from tests.bench.testbin import (
     COREDNS_VERSION,
     CRICTL_VERSION,
@@ -528,10 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         with kind_docker() as docker:
             ensure_node_image(docker, report=True)
     except ProvisioningError as error:
-        if infra_required():
-            print(f"error: {error}", file=sys.stderr)
-            return 1
-        print(f"the kind tests will skip: {error}", file=sys.stderr)
+        return provisioning_failed(error, "kind")
     return 0
 
 
