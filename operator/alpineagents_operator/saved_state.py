@@ -53,6 +53,7 @@ def saved_view(state_id: str, record: Record | None) -> SavedView:
         ),
         turns=state.turns,
         usage=dict(state.usage),
+        cost_usd=state.cost_usd,
     )
 
 
