@@ -38,7 +38,7 @@ from alpineagents_operator.cluster import Cluster
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.reconciler import Reconciler
 from alpineagents_operator.views import format_time
-from tests.bench.control_plane import REPO_ROOT, ControlPlane
+from tests.bench.control_plane import ControlPlane
 from tests.bench.minio_server import S3Server
 from tests.bench.runner_process import (
     BLOCKING,
@@ -47,6 +47,7 @@ from tests.bench.runner_process import (
     tool_results,
     wait_for_file,
 )
+from tests.paths import REPO
 
 JSON = dict[str, Any]
 GROUP, VERSION, PLURAL = "alpineagents.dev", "v1", "agentruns"
@@ -163,7 +164,7 @@ def interrupted_run(cluster: Kube, store: Store, name: str) -> str:
 def crd_variant(directory: Path, root_rule: str | None) -> Path:
     """The AgentRun CRD with another rule on the whole object (None: without one), as an
     older or newer CRD than the one a run was created under may have it."""
-    crd = yaml.safe_load((REPO_ROOT / "crds" / "agentrun.yaml").read_text())
+    crd = yaml.safe_load((REPO / "crds" / "agentrun.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     schema.pop("x-kubernetes-validations", None)
     if root_rule is not None:

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import alpineagents
+from tests.paths import REPO
 
 PACKAGE_ROOT = Path(alpineagents.__file__).resolve().parents[1]
-README = PACKAGE_ROOT.parent / "README.md"
+README = REPO / "README.md"
 
 
 def _modules_loaded_by(statement: str) -> set[str]:
