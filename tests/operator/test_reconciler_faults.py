@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from alpineagents import Message, Record, State, StateFencedError, Store, open_store
+from alpineagents.store import WrappedStore
 from alpineagents.testing import ModelServer, reply, tool_use
 from alpineagents_operator.cluster import Cluster
 from alpineagents_operator.config import OperatorConfig
@@ -296,34 +297,17 @@ async def test_a_replacement_waits_until_its_state_is_claimed(
         old_store.save(old)
 
 
-class OldPodWritesAfterEachRead(Store):
+class OldPodWritesAfterEachRead(WrappedStore):
     """The operator's store, and next to it a lost pod that saves its State right after
     every read the operator makes: the worst moment, between the read and the claim."""
 
     def __init__(self, inner: Store, old_pod_saves: Callable[[], None]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.old_pod_saves = old_pod_saves
 
-    def read(self, state_id: str) -> Record | None:
-        record = self.inner.read(state_id)
+    def incoming(self, state_id: str, record: Record) -> Record:
         self.old_pod_saves()
         return record
-
-    def write(
-        self,
-        state_id: str,
-        entries: list[dict[str, Any]],
-        info: dict[str, Any],
-        *,
-        create: bool = False,
-    ) -> None:
-        self.inner.write(state_id, entries, info, create=create)
-
-    def delete(self, state_id: str) -> None:
-        self.inner.delete(state_id)
-
-    def claim(self, state_id: str) -> None:
-        self.inner.claim(state_id)  # type: ignore[attr-defined]
 
 
 async def test_a_lost_pod_still_writing_is_fenced_before_its_successor_is_created(
@@ -500,16 +484,16 @@ async def test_status_agrees_with_the_history_after_a_store_outage(
 
 
 # ------------------------------------------------------------------------------ a lost pod
-class CountingStore(OldPodWritesAfterEachRead):
+class CountingStore(WrappedStore):
     """The operator's store, counting its reads of States."""
 
     def __init__(self, inner: Store) -> None:
-        super().__init__(inner, lambda: None)
+        super().__init__(inner)
         self.reads = 0
 
-    def read(self, state_id: str) -> Record | None:
+    def incoming(self, state_id: str, record: Record) -> Record:
         self.reads += 1
-        return super().read(state_id)
+        return record
 
 
 class CountingCluster(Cluster):
