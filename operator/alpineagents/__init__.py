@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .agent import Agent
+    from .context import Compaction
     from .errors import (
         MissingBucketError,
         StateExistsError,
@@ -37,10 +38,13 @@ if TYPE_CHECKING:
     from .store import FileStore, Record, StateInfo, Store, open_store
     from .tools import Tool, tool
     from .toolsets import Toolset, ToolsetUnavailable
+    from .usage import Budget, Price
 
 # Each public name and the module (relative to this package) it lives in.
 _HOMES: dict[str, str] = {
     "Agent": ".agent",
+    "Budget": ".usage",
+    "Compaction": ".context",
     "Entry": ".state",
     "EntryKind": ".state",
     "ExitCode": ".pod_contract",
@@ -52,6 +56,7 @@ _HOMES: dict[str, str] = {
     "MissingBucketError": ".errors",
     "Outcome": ".state",
     "Permissions": ".permissions",
+    "Price": ".usage",
     "Record": ".store",
     "Retry": ".model",
     "State": ".state",
@@ -74,6 +79,8 @@ _HOMES: dict[str, str] = {
 
 __all__ = [
     "Agent",
+    "Budget",
+    "Compaction",
     "Entry",
     "EntryKind",
     "ExitCode",
@@ -85,6 +92,7 @@ __all__ = [
     "MissingBucketError",
     "Outcome",
     "Permissions",
+    "Price",
     "Record",
     "Retry",
     "State",

@@ -232,7 +232,7 @@ class TestCostAndBudget:
         assert model_server.requests == []
         assert state.stopped == "budget_exceeded"
         assert "reached the budget of $0.0000" in state.history[-1].text
-        with pytest.raises(ValueError, match="Budget.max_cost_usd must be a number"):
+        with pytest.raises(ValueError, match=r"Budget\.max_cost_usd must be a number"):
             Budget(max_cost_usd=-1)
 
 
