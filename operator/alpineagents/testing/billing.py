@@ -221,6 +221,8 @@ class Prompt:
         self._prefixes = layout.prefixes(str(request.get("model", "")), needed)
 
     def prefix(self, block: int) -> _Prefix:
+        """Token count and cache key of the prompt cut after ``block`` (one of the
+        breakpoints' blocks or the 20 before each)."""
         return self._prefixes[block]
 
 
