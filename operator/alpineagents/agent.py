@@ -366,7 +366,7 @@ class Agent:
         if cut < 1:
             return False
         ask = {"type": "text", "text": _SUMMARY_ASK}
-        request, chars = self._next_request(state, tools)
+        request, chars = self._next_request(state, tools, marked=False)
         if chars * ratio + self.max_tokens > window:
             # The whole conversation does not fit: summarize the part that is replaced.
             request = self._request(state.messages[:cut], tools)
@@ -558,7 +558,9 @@ class Agent:
             request["tools"] = [t.to_api() for t in tools.values()]
         return request
 
-    def _next_request(self, state: State, tools: dict[str, Tool]) -> tuple[dict[str, Any], int]:
+    def _next_request(
+        self, state: State, tools: dict[str, Tool], *, marked: bool = True
+    ) -> tuple[dict[str, Any], int]:
         """The request the run sends next, a pure function of its saved history, and the
         length of its JSON without cache breakpoints (what its size is estimated from)."""
         hold = state.active_run
@@ -569,7 +571,7 @@ class Agent:
             chars = len(json.dumps(merged))
         request = self._request_of(merged, tools)
         chars += len(json.dumps(request.get("tools", []))) + len(json.dumps(self.system or ""))
-        if self.prompt_cache is not None:
+        if marked and self.prompt_cache is not None:
             request = with_cache_breakpoints(request, self.prompt_cache)
         return request, chars
 

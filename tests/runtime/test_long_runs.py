@@ -114,6 +114,32 @@ class TestPromptCaching:
         resumed = [json.dumps(r.body) for r in model_server.requests[len(straight) :]]
         assert resumed == straight
 
+    def test_a_long_run_bills_a_fraction_of_its_uncached_input(
+        self, store: FileStore, model_server: ModelServer
+    ) -> None:
+        # The server bills as the API does: writes 1.25x, reads 0.1x, a 1,024-token minimum.
+        model_server.add(*pages(0, 40), reply("Done."))
+        state = State("billed", [Message.user("Fetch forty pages")])
+        assert agent(store).run(state) == "Done."
+        bill = model_server.bill
+        assert bill.billed_fraction < 0.2
+        assert state.usage["cache_read_input_tokens"] == bill.cache_read_input_tokens > 0
+        assert state.usage["cache_creation_input_tokens"] == bill.cache_creation_input_tokens
+
+    def test_a_resumed_runs_first_request_reads_the_lost_runs_cache(
+        self, store: FileStore, model_server: ModelServer
+    ) -> None:
+        model_server.add(*pages(0, 10))
+        assert agent(store, max_turns=10).run(State("cached", [Message.user("Go")])) is None
+        model_server.add(reply("Done."))
+        resumed = store.load("cached")
+        assert agent(store).run(resumed) == "Done."
+        # The resumed run's only request: its prompt is the lost run's last one plus a turn.
+        usage = resumed.history[-1 if resumed.history[-1].kind == "model_reply" else -2].data
+        first = usage["usage"]
+        prompt = sum(first[k] for k in first if k != "output_tokens")
+        assert first["cache_read_input_tokens"] >= 0.9 * prompt
+
 
 class TestContextWindow:
     def test_older_results_are_cleared_from_requests_and_kept_in_the_history(
@@ -160,14 +186,14 @@ class TestContextWindow:
     def test_past_clearing_older_turns_are_summarized(
         self, store: FileStore, model_server: ModelServer
     ) -> None:
-        # Three 2 KB results pass 0.9 of a 2,048-token window; nothing is cleared, so the
+        # Three 2 KB results pass 0.8 of a 2,048-token window; nothing is cleared, so the
         # turns before the last are summarized.
         model_server.add(*pages(0, 3), reply("Summary: fetched pages 0 to 2."), reply("Done."))
         run = agent(
             store,
             max_tokens=256,
             context_window=2048,
-            compaction=Compaction(trigger=0.9, target=0.5, keep_turns=1, clear_results=False),
+            compaction=Compaction(trigger=0.8, target=0.5, keep_turns=1, clear_results=False),
         )
         state = State("summarizes", [Message.user("Fetch three pages")])
         assert run.run(state) == "Done."
