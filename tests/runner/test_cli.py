@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from alpineagents import FileStore
 from alpineagents.runner import ExitCode
@@ -208,6 +209,36 @@ def test_a_user_mistake_is_one_line_on_stderr(
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("requireApprovals", "spec.requireApprovals: not a field of an AgentRun; did you mean requireApproval?"),
+        ("require_approval", "spec.require_approval: not a field of an AgentRun; did you mean requireApproval?"),
+        ("tool", "spec.tool: not a field of an AgentRun; did you mean tools?"),
+        ("xyzzy", "spec.xyzzy: not a field of an AgentRun; its fields are: model, prompt,"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_field_in_a_manifest_stops_the_run_before_anything_runs(
+    workspace: Workspace, model_server: ModelServer, field: str, expected: str
+) -> None:
+    # A misspelt safety field must not run shell unasked: exit 65 before the model is asked.
+    manifest = workspace.manifest(prompt="Clean up.", tools=["shell"], **{field: ["shell"]})
+    runner = workspace.run(manifest)
+    assert runner.process.returncode == ExitCode.NOT_RETRYABLE == 65, runner.stderr
+    assert expected in runner.message["error"]
+    assert expected in runner.stderr
+    assert model_server.requests == []
+    assert workspace.store.read("job") is None
+
+
+def test_the_known_fields_are_the_crds() -> None:
+    from alpineagents.runner import spec
+
+    crd = yaml.safe_load((REPO / "crds" / "agentrun.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec._FIELDS) == set(schema["properties"])
 
 
 def test_python_dash_m_is_the_same_command(tmp_path: Path) -> None:

@@ -212,7 +212,7 @@ class _Run:
     def _plan(self, manifest: str | os.PathLike[str] | None, state_id: str | None) -> RunPlan:
         if manifest is not None:
             spec, name = read_manifest(manifest)
-            plan = parse_spec(spec)
+            plan = parse_spec(spec, strict=True)
         else:
             name = None
             plan = parse_spec(spec_from_environment(self.environ))
