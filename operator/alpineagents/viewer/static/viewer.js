@@ -15,6 +15,20 @@ const PAGE = 200; // rows asked for at a time
 let about = { approvals: false, store: "", cluster: null };
 let leaveView = () => {};
 
+// The approval token the viewer printed in its address (?token=...), as Jupyter does:
+// kept for this tab, taken out of the address bar (not left in history or a screenshot),
+// sent with each approval.
+const approvalToken = (() => {
+  const url = new URL(location.href);
+  const given = url.searchParams.get("token");
+  if (given) {
+    sessionStorage.setItem("approval-token", given);
+    url.searchParams.delete("token");
+    history.replaceState(null, "", url.pathname + url.search + url.hash);
+  }
+  return sessionStorage.getItem("approval-token") || "";
+})();
+
 // ------------------------------------------------------------------ small pieces
 function esc(text) {
   return String(text ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
@@ -356,10 +370,13 @@ function showRun(id) {
     const awaiting = summary.awaiting || [];
     box.hidden = awaiting.length === 0;
     if (!awaiting.length) { box.innerHTML = ""; return; }
-    const disabled = about.approvals ? "" : " disabled";
-    const why = about.approvals
+    const answering = about.approvals && approvalToken;
+    const disabled = answering ? "" : " disabled";
+    const why = answering
       ? (awaiting.length > 1 ? "Answer each call; the answers are sent together." : "")
-      : "Read-only: start the viewer with --allow-approvals to answer.";
+      : about.approvals
+        ? "Open the address alpineagents ui printed (it ends in ?token=...) to answer."
+        : "Read-only: start the viewer with --allow-approvals to answer.";
     box.innerHTML = `<b>${awaiting.length} call${awaiting.length > 1 ? "s wait" : " waits"} for a person</b> <span class="hint">${esc(why)}</span>` +
       awaiting.map((call) => `
         <div class="approval" data-call="${esc(call.call_id)}">
@@ -379,7 +396,7 @@ function showRun(id) {
     for (const b of document.querySelectorAll("#approvals button")) b.disabled = true;
     try {
       const done = await getJSON(apiUrl(id, "approvals"), {
-        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ answers }),
+        method: "POST", headers: { "Content-Type": "application/json", "X-Approval-Token": approvalToken }, body: JSON.stringify({ answers }),
       });
       document.getElementById("approval-result").textContent = `Sent: recorded in ${done.recorded_in}. The run goes on when it is resumed.`;
     } catch (error) {
