@@ -1,7 +1,7 @@
 """``alpineagents``: run, resume and inspect agent runs from a shell.
 
 ``run [FILE.yaml]`` runs or resumes an AgentRun (in a pod: the spec comes from the file
-``ALPINEAGENTS_SPEC_FILE`` names); ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
+``ALPINEAGENTS_SPEC_FILE`` names); ``approve ID CALL`` answers calls a run waits on; ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
 what a store holds; ``ui`` shows it in a browser. Each command is a few lines over
 :mod:`alpineagents.runner`.
 """
@@ -59,7 +59,51 @@ def run(args: argparse.Namespace) -> int:
             result = run_agent_run(args.file, store_url=args.store, state_id=args.id, log=log)
         if result.answer is not None:
             print(result.answer)
+        if result.exit_code == ExitCode.WAITING_FOR_APPROVAL and log.format == "text":
+            _print_next_step(args, result.message)
     return result.exit_code
+
+
+def approve(args: argparse.Namespace) -> int:
+    """``approve ID CALL... [--refuse] [--reason TEXT]``: answer tool calls a stopped run
+    waits on, in its saved State; the next ``run`` goes on with the answers."""
+    store = _store(args)
+    _record(store, args.id)
+    state: State = _reading(store, lambda: store.load(args.id))
+    waiting = [call.id for call in state.awaiting_approval]
+    if state.stopped != "waiting_for_approval" or not waiting:
+        answered = bool(state.history) and state.history[-1].kind == "permission"
+        why = (
+            "its calls have their answers: run the manifest again to go on"
+            if answered
+            else state.stopped or "it is running, or its process was lost"
+        )
+        raise CommandError(f"{args.id} waits for no answer ({why})")
+    calls = list(dict.fromkeys(args.calls))
+    unknown = [call for call in calls if call not in waiting]
+    if unknown:
+        raise CommandError(
+            f"{', '.join(unknown)}: not a call {args.id} waits on; it waits on "
+            f"{', '.join(waiting)} (alpineagents show {args.id} lists them)"
+        )
+    others = [call for call in waiting if call not in calls]
+    if others:
+        # Answered calls saved next to unanswered ones would be closed as aborted on the
+        # next load: a run goes on only when every call it waits on has its answer.
+        raise CommandError(
+            f"{args.id} also waits on {', '.join(others)}: answer every waiting call at "
+            f"once (alpineagents approve {args.id} {' '.join(waiting)}), or give each its "
+            f"own answer in the manifest's spec.approvals"
+        )
+    for call in calls:
+        state.approve(call, not args.refuse, note=args.reason or "")
+    _reading(store, lambda: store.save(state))
+    word = "refused" if args.refuse else "allowed"
+    print(
+        f"{word} {', '.join(calls)} in {args.id}: run the manifest again to go on",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def list_states(args: argparse.Namespace) -> int:
@@ -176,6 +220,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     command.set_defaults(command=run)
 
+    command = commands.add_parser(
+        "approve", parents=[common], help="answer tool calls a run waits on (exit 76)"
+    )
+    command.add_argument("id", metavar="ID")
+    command.add_argument("calls", nargs="+", metavar="CALL", help="a call id (show lists them)")
+    command.add_argument("--refuse", action="store_true", help="refuse the calls (default: allow)")
+    command.add_argument(
+        "--reason", metavar="TEXT", help="why, kept in the history with the answer"
+    )
+    command.set_defaults(command=approve)
+
     command = commands.add_parser("list", parents=[common], help="list saved States")
     command.set_defaults(command=list_states)
 
@@ -250,6 +305,28 @@ def _entries(store: Store, state_id: str, record: Record) -> list[Entry]:
     entries it adds to close an open turn (those are not saved)."""
     state: State = _reading(store, lambda: State.from_record(state_id, record))
     return state.history[: state.loaded_entries]
+
+
+def _print_next_step(args: argparse.Namespace, message: dict[str, Any]) -> None:
+    """After exit 76 on a laptop: the commands that answer the calls and go on."""
+    state_id = message["stateId"]
+    calls = " ".join(p["callId"] for p in message["pendingApprovals"])
+    store = f" --store {args.store}" if args.store else ""
+    again = (
+        " ".join(
+            [
+                "alpineagents run",
+                *([args.file] if args.file else []),
+                *([f"--id {args.id}"] if args.id else []),
+            ]
+        )
+        + store
+    )
+    print(
+        f"next: alpineagents approve {state_id} {calls}{store}   (or --refuse --reason TEXT)\n"
+        f"then: {again}",
+        file=sys.stderr,
+    )
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from tests.bench.runner_process import (
     RunnerProcess,
     Workspace,
     child_env,
+    last_tool_result_block,
     tool_results,
     wait_for_file,
 )
@@ -175,6 +176,77 @@ def test_tail_of_a_stopped_state_prints_its_last_entries_and_exits(
     )  # fmt: skip
     assert tail.process.returncode == 0
     assert [line.split()[0] for line in tail.stdout.splitlines()] == ["2", "3"]
+
+
+# ---------------------------------------------------------------------------- approvals
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_a_run_that_waits_for_approval_says_how_to_answer_and_approve_answers(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess], refuse: bool
+) -> None:
+    model_server.add(reply(tool_use("shell", {"command": "touch deployed"}, id="toolu_w")))
+    manifest = workspace.manifest(prompt="Deploy.", tools=["shell"], requireApproval=["shell"])
+    first = workspace.run(manifest)
+    assert first.process.returncode == ExitCode.WAITING_FOR_APPROVAL == 76, first.stderr
+    *_, exit_line, step, then = first.stderr.splitlines()
+    assert exit_line.endswith("exit waiting_for_approval (exit 76): toolu_w (shell)")
+    assert step.startswith(f"next: alpineagents approve job toolu_w --store {workspace.runs}")
+    assert then == f"then: alpineagents run {manifest} --store {workspace.runs}"
+
+    store, env = str(workspace.runs), child_env(None)
+    shown = cli("show", "job", "--store", store, workdir=workspace.work, env=env, runners=runners)
+    assert "approval asks a person: shell" in shown.stdout
+    assert shown.stdout.splitlines()[-2].endswith("[call toolu_w]")
+
+    wrong = cli(
+        "approve",
+        "job",
+        "toolu_x",
+        "--store",
+        store,
+        workdir=workspace.work,
+        env=env,
+        runners=runners,
+    )
+    assert wrong.process.returncode == 1
+    assert wrong.stderr == (
+        "alpineagents: toolu_x: not a call job waits on; it waits on toolu_w "
+        "(alpineagents show job lists them)\n"
+    )
+    answer = ["--refuse", "--reason", "not on a Friday"] if refuse else []
+    approved = cli(
+        "approve", "job", "toolu_w", *answer, "--store", store,
+        workdir=workspace.work, env=env, runners=runners,
+    )  # fmt: skip
+    assert approved.process.returncode == 0, approved.stderr
+    word = "refused" if refuse else "allowed"
+    assert approved.stderr == f"{word} toolu_w in job: run the manifest again to go on\n"
+    again = cli(
+        "approve",
+        "job",
+        "toolu_w",
+        "--store",
+        store,
+        workdir=workspace.work,
+        env=env,
+        runners=runners,
+    )
+    assert again.process.returncode == 1
+    assert "its calls have their answers: run the manifest again" in again.stderr
+
+    model_server.add(reply("Done."))
+    resumed = workspace.run(manifest)
+    assert resumed.process.returncode == 0, resumed.stderr
+    assert "resume job at seq 6 (answered by a person, 1 turn)" in resumed.stderr
+    result = last_tool_result_block(model_server.requests[-1].body)
+    assert (workspace.work / "deployed").exists() is not refuse
+    assert (result.get("is_error") is True) is refuse
+    if refuse:
+        history = cli(
+            "show", "job", "--store", store, workdir=workspace.work, env=env, runners=runners
+        )
+        assert "approval a person refused shell: not on a Friday [call toolu_w]" in history.stdout
 
 
 # ---------------------------------------------------------------------------- mistakes

@@ -296,8 +296,11 @@ class _Run:
         if saved == 0:
             self._note("start", f"{state.id} (a new State) in {store!r}")
             return
-        status = "answered" if state.answer is not None else state.stopped or "interrupted"
-        line = f"{state.id} at seq {saved} ({status}, {state.turns} turns) from {store!r}"
+        status: str = "answered" if state.answer is not None else state.stopped or "interrupted"
+        if state.stopped is None and state.history[saved - 1].kind == "permission":
+            status = "answered by a person"
+        turns = f"{state.turns} turn" + ("" if state.turns == 1 else "s")
+        line = f"{state.id} at seq {saved} ({status}, {turns}) from {store!r}"
         if self.aborted:
             line += f"; closed as aborted: {', '.join(self.aborted)}"
         self._note("resume", line)
