@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -20,8 +21,10 @@ from .errors import StoreUnavailableError
 from .pod_contract import ExitCode
 from .redaction import Redactor
 from .runner import LogFormat, ProgressLog, SpecError, open_run_store, run_agent_run
-from .state import Entry, State, error_text
+from .runner.run import error_message
+from .state import Entry, State
 from .store.base import Record, Store
+from .store.file import FileStore
 
 TAIL_INTERVAL = 0.5  # seconds between two reads of a followed State
 
@@ -39,12 +42,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         code: int = args.command(args)
+        sys.stdout.flush()
         return code
     except CommandError as error:
         print(f"alpineagents: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # The reader left (`alpineagents list | head`): stop quietly, as `ls | head` does.
+        # Python's own flush at exit would fail again and print a traceback: point stdout
+        # at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 # ---------------------------------------------------------------------------- commands
@@ -177,7 +187,7 @@ def ui(args: argparse.Namespace) -> int:
     from .viewer import command
 
     try:
-        return command.serve(args, _store(args))
+        return command.serve(args, _store(args, must_exist=False))
     except command.UsageError as error:
         raise CommandError(str(error), ExitCode.NOT_RETRYABLE) from None
 
@@ -269,13 +279,20 @@ def _log_format(args: argparse.Namespace) -> LogFormat:
     return "json" if chosen == "json" else "text"
 
 
-def _store(args: argparse.Namespace) -> Store:
+def _store(args: argparse.Namespace, *, must_exist: bool = True) -> Store:
     try:
-        return open_run_store(args.store)
+        store = open_run_store(args.store)
     except SpecError as error:
         raise CommandError(str(error), ExitCode.NOT_RETRYABLE) from None
     except StoreUnavailableError as error:
         raise CommandError(str(error), ExitCode.RETRYABLE) from None
+    if must_exist and isinstance(store, FileStore) and not store.folder.is_dir():
+        # A mistyped --store would otherwise read as an empty store.
+        raise CommandError(
+            f"the store folder {str(store.folder)!r} does not exist (check --store or "
+            f"$ALPINEAGENTS_STORE; alpineagents run creates it)"
+        )
+    return store
 
 
 def _reading(store: Store, call: Any) -> Any:
@@ -284,10 +301,10 @@ def _reading(store: Store, call: Any) -> Any:
     except (KeyboardInterrupt, SystemExit):
         raise
     except ValueError as error:
-        raise CommandError(error_text(error), ExitCode.NOT_RETRYABLE) from None
+        raise CommandError(error_message(error), ExitCode.NOT_RETRYABLE) from None
     except Exception as error:
         raise CommandError(
-            f"store unavailable: {store!r}: {error_text(error)}", ExitCode.RETRYABLE
+            f"store unavailable: {store!r}: {error_message(error)}", ExitCode.RETRYABLE
         ) from None
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from alpineagents import FileStore
+from alpineagents import FileStore, Message, State
 from alpineagents.runner import ExitCode
 from alpineagents.testing import ModelServer, hold, reply, tool_use
 from tests.bench.infra import free_port
@@ -260,6 +260,9 @@ def test_a_run_that_waits_for_approval_says_how_to_answer_and_approve_answers(
         (["run", "ok.yaml"], 65, "ANTHROPIC_API_KEY is not set: export your API key, or run with --offline"),
         (["run", "ok.yaml", "--store", "ftp://somewhere/runs"], 65, "store: ftp://somewhere/runs: "),
         (["list", "--store", "ftp://somewhere/runs"], 65, "alpineagents: store: ftp://somewhere/runs: "),
+        (["list", "--store", "runz"], 1, "alpineagents: the store folder 'runz' does not exist (check --store"),
+        (["show", "job", "--store", "runz"], 1, "alpineagents: the store folder 'runz' does not exist"),
+        (["show", "damaged"], 65, "alpineagents: State 'damaged' in FileStore('.agent-runs') is damaged: "),
         (["show", "nope"], 1, "alpineagents: no saved State 'nope' in FileStore("),
         (["tail", "nope"], 1, "alpineagents: no saved State 'nope' in FileStore("),
         (["delete", "nope"], 1, "alpineagents: no saved State 'nope' in FileStore("),
@@ -275,11 +278,17 @@ def test_a_user_mistake_is_one_line_on_stderr(
         "apiVersion: alpineagents.dev/v1\nkind: AgentRun\nmetadata: {name: ok}\n"
         "spec: {model: claude-sonnet-5, prompt: hi}\n"
     )
+    (tmp_path / "runs").mkdir()
+    damaged = tmp_path / ".agent-runs" / "damaged"
+    damaged.mkdir(parents=True)
+    (damaged / "info.json").write_text("garbage")
+    (damaged / "history.jsonl").write_text("")
     result = cli(*args, workdir=tmp_path, env=child_env(None), runners=runners)
     assert result.process.returncode == code
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
+    assert "Error:" not in lines[0]  # a user is told what is wrong, not a Python class
     assert result.stdout == ""
 
 
@@ -311,6 +320,49 @@ def test_the_known_fields_are_the_crds() -> None:
     crd = yaml.safe_load((REPO / "crds" / "agentrun.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert set(spec._FIELDS) == set(schema["properties"])
+
+
+def test_list_into_head_stops_quietly(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "runs")
+    for n in range(1500):  # more than a pipe holds, so list is still writing when head leaves
+        store.save(State(f"run-{n:04}", [Message.user(f"Prompt number {n} " + "x" * 60)]))
+    listed = subprocess.Popen(
+        [sys.executable, "-m", "alpineagents", "list", "--store", str(store.folder)],
+        env=child_env(None),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert listed.stdout is not None and listed.stderr is not None
+    assert listed.stdout.readline().startswith("run-")
+    listed.stdout.close()  # what head does after its lines
+    stderr = listed.stderr.read()
+    assert listed.wait(DEADLINE) == 128 + signal.SIGPIPE
+    assert stderr == ""
+
+
+def test_an_s3_store_without_the_minio_extra_names_the_extra(
+    tmp_path: Path, runners: list[RunnerProcess]
+) -> None:
+    # As if minio were installed without one of its own dependencies (or not at all).
+    shadow = tmp_path / "shadow" / "minio"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'urllib3'\", name='urllib3')\n"
+    )
+    env = child_env(
+        None,
+        PYTHONPATH=f"{tmp_path / 'shadow'}:{REPO / 'operator'}",
+        AWS_ACCESS_KEY_ID="minioadmin",
+        AWS_SECRET_ACCESS_KEY="minioadmin",
+    )
+    url = "s3://runs/team?endpoint=127.0.0.1:9&secure=false"
+    listed = cli("list", "--store", url, workdir=tmp_path, env=env, runners=runners)
+    assert listed.process.returncode == ExitCode.NOT_RETRYABLE == 65
+    assert listed.stderr == (
+        f"alpineagents: store: {url} needs the minio extra (urllib3 is missing): "
+        f"pip install 'alpineagents[minio]'\n"
+    )
 
 
 def test_python_dash_m_is_the_same_command(tmp_path: Path) -> None:

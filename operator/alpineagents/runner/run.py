@@ -43,6 +43,7 @@ from .spec import Approval, RunPlan, SpecError, parse_spec, read_manifest, spec_
 __all__ = [
     "DEFAULT_STORE",
     "RunResult",
+    "error_message",
     "install_sigterm_handler",
     "open_run_store",
     "open_state",
@@ -65,6 +66,15 @@ def open_run_store(url: str | None, environ: Mapping[str, str] | None = None) ->
     location = url or env.get(ENV_STORE) or DEFAULT_STORE
     try:
         return open_store(location, env=dict(env))
+    except ImportError as error:
+        # Not retryable: the store's client is not installed (or one of its parts).
+        missing = (error.name or "").partition(".")[0]
+        extra = "encryption" if missing == "cryptography" else "minio"
+        raise SpecError(
+            "store",
+            f"{redact(location)} needs the {extra} extra ({error.name or error} is missing): "
+            f"pip install 'alpineagents[{extra}]'",
+        ) from None
     except (ValueError, TypeError, LookupError) as error:
         # The URL itself may hold a secret by mistake: it is never shown as given.
         raise SpecError("store", f"{redact(location)}: {error}") from None
@@ -235,7 +245,7 @@ class _Run:
                 # after the load, the claim fails if someone wrote since (MinioStore).
                 store.claim(state_id)
         except ValueError as error:  # a format this version cannot read, or a damaged record
-            return self.result(ExitCode.NOT_RETRYABLE, "failed", error_text(error))
+            return self.result(ExitCode.NOT_RETRYABLE, "failed", error_message(error))
         except Exception as error:
             return self.result(ExitCode.RETRYABLE, "retryable", _store_problem(store, error))
         state = self.state
@@ -318,6 +328,13 @@ class _Run:
             aborted=self.aborted,
         )
         return RunResult(int(code), message, self.state)
+
+
+def error_message(error: BaseException) -> str:
+    """An error's own words for a user, without Python's class name (``StateFormatError:``
+    says nothing to them); the class name only when the error has no words."""
+    text = str(error.args[0]) if len(error.args) == 1 else str(error)
+    return " ".join(text.split()) or type(error).__name__
 
 
 def _store_problem(store: Store, error: BaseException) -> str:
