@@ -87,6 +87,26 @@ def test_ctrl_c_stops_cleanly_and_a_second_run_resumes(
     assert again.stdout.strip() == "Stopped by you; not running it again."
 
 
+def test_an_edited_prompt_under_an_existing_id_warns_how_to_start_anew(
+    workspace: Workspace, model_server: ModelServer
+) -> None:
+    model_server.add(reply("Bern is sunny."))
+    assert workspace.run(workspace.manifest(prompt="Weather in Bern?")).process.returncode == 0
+    same = workspace.run(workspace.manifest(prompt="Weather in Bern?"))
+    assert " warning " not in same.stderr
+
+    edited = workspace.run(workspace.manifest(prompt="Weather in Zurich?"))
+    assert edited.process.returncode == 0
+    assert edited.stdout.strip() == "Bern is sunny."  # the saved State, as the warning says
+    (warning,) = [line for line in edited.stderr.splitlines() if " warning " in line]
+    assert warning.endswith(
+        "warning the spec's prompt is not the one job began with ('Weather in Bern?'): this "
+        "resumes the saved State and its prompt; to start anew, alpineagents delete job, or "
+        "run with --id NEW-ID"
+    )
+    assert len(model_server.requests) == 1
+
+
 # ---------------------------------------------------------------------------- list, show, tail, delete
 
 

@@ -22,6 +22,7 @@ from .. import builtin_tools
 from .. import model as _model
 from ..agent import Agent
 from ..errors import StateNotFoundError, StoreUnavailableError
+from ..messages import Message
 from ..pod_contract import (
     ENV_STATE_ID,
     ENV_STORE,
@@ -257,6 +258,9 @@ class _Run:
                 "for the scripted echo model",
             )
         self._announce(store, state)
+        changed = _changed_prompt(state, plan)
+        if changed is not None:
+            self._note("warning", changed)
         for approval in record_approvals(state, plan.approvals):
             word = "allowed" if approval.allow else "refused"
             self._note("approval", f"{approval.call_id} {word} (spec.approvals)")
@@ -328,6 +332,24 @@ class _Run:
             aborted=self.aborted,
         )
         return RunResult(int(code), message, self.state)
+
+
+def _changed_prompt(state: State, plan: RunPlan) -> str | None:
+    """A warning when the spec's messages are not those the saved State began with: the
+    saved State is resumed, and the edit would otherwise be silently ignored."""
+    if not state.loaded_entries:
+        return None
+    saved = [e.data.get("message") for e in state.history[: len(plan.messages)]]
+    if saved == [m.to_dict() for m in plan.messages]:
+        return None
+    first = state.history[0].data.get("message") or {}
+    began = Message.from_dict(first).text if first else "?"
+    began = began if len(began) <= 60 else began[:57] + "..."
+    return (
+        f"the spec's prompt is not the one {state.id} began with ({began!r}): this resumes "
+        f"the saved State and its prompt; to start anew, alpineagents delete {state.id}, "
+        f"or run with --id NEW-ID"
+    )
 
 
 def error_message(error: BaseException) -> str:
