@@ -21,6 +21,7 @@ from .errors import StoreUnavailableError
 from .pod_contract import ExitCode
 from .redaction import Redactor
 from .runner import LogFormat, ProgressLog, SpecError, open_run_store, run_agent_run
+from .runner.liveness import is_running
 from .runner.run import error_message
 from .state import Entry, State
 from .store.base import Record, Store
@@ -161,8 +162,13 @@ def tail(args: argparse.Namespace) -> int:
     shown = len(entries)
     for entry in entries[max(0, shown - args.lines) :]:
         log.entry(args.id, entry)
-    while record.info.get("stopped") is None:
-        time.sleep(args.interval)
+    lost = False
+    while record.info.get("stopped") is None and not lost:
+        # Checked before the read: a run's lock goes only after its last save, so a read
+        # after a lock found free holds everything the run saved.
+        lost = is_running(store, args.id) is False
+        if not lost:
+            time.sleep(args.interval)
         latest = _reading(store, lambda: store.read(args.id))
         if latest is None:
             raise CommandError(f"State {args.id!r} was deleted")
@@ -170,6 +176,11 @@ def tail(args: argparse.Namespace) -> int:
         for entry in _entries(store, args.id, record)[shown:]:
             log.entry(args.id, entry)
             shown = entry.seq + 1
+    if record.info.get("stopped") is None and lost:
+        raise CommandError(
+            f"no process runs {args.id} (lost, or waiting to be run again): "
+            f"alpineagents run resumes it"
+        )
     return 0
 
 

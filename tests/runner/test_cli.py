@@ -185,6 +185,40 @@ def test_tail_follows_a_running_state_until_it_stops(
     assert run.wait() == 0
 
 
+def test_tail_says_lost_when_the_process_running_the_state_is_killed(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess]
+) -> None:
+    model_server.add(hold(reply("Never sent.")))
+    run = workspace.start(workspace.manifest(prompt="Take your time."))
+    model_server.wait_for_requests(1)
+
+    # A second run of the same State while the first runs would write over its history.
+    second = workspace.run(workspace.manifest(prompt="Take your time."))
+    assert second.process.returncode == ExitCode.RETRYABLE, second.stderr
+    assert second.message["error"] == (
+        f"job is being run by another process (pid {run.process.pid}): wait for it to end, "
+        f"or stop it"
+    )
+
+    tail = RunnerProcess(
+        ["tail", "job", "--store", str(workspace.runs), "--interval", "0.05"],
+        workdir=workspace.work,
+        env=child_env(None),
+        message_path=workspace.root / "tail-termination-log",
+    )
+    runners.append(tail)
+    assert tail.process.stdout is not None
+    assert "message user: Take your time." in tail.process.stdout.readline()
+    run.signal(signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL
+    assert tail.wait() == 1
+    assert tail.stderr == (
+        "alpineagents: no process runs job (lost, or waiting to be run again): "
+        "alpineagents run resumes it\n"
+    )
+    model_server.release()
+
+
 def test_tail_of_a_stopped_state_prints_its_last_entries_and_exits(
     workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess]
 ) -> None:

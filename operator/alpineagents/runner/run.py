@@ -38,6 +38,7 @@ from ..store.base import Store
 from ..store.url import open_store, redact
 from ..toolsets import ToolsetUnavailable
 from .build import build_agent
+from .liveness import RunningElsewhere, holding_run
 from .progress import LoggedStore, ProgressLog
 from .spec import Approval, RunPlan, SpecError, parse_spec, read_manifest, spec_from_environment
 
@@ -218,7 +219,13 @@ class _Run:
             return self.result(ExitCode.NOT_RETRYABLE, "failed", str(error))
         except StoreUnavailableError as error:
             return self.result(ExitCode.RETRYABLE, "retryable", str(error))
-        return self._run(agent, plan)
+        assert self.state_id is not None
+        try:
+            # Held until the last save: readers tell a lost run from a running one by it.
+            with holding_run(self.store.inner, self.state_id):
+                return self._run(agent, plan)
+        except RunningElsewhere as error:
+            return self.result(ExitCode.RETRYABLE, "retryable", str(error))
 
     def _plan(self, manifest: str | os.PathLike[str] | None, state_id: str | None) -> RunPlan:
         if manifest is not None:
