@@ -109,8 +109,9 @@ let runsQuery = "";
 function statusOf(run) {
   const phase = run.cluster && run.cluster.phase;
   const stopped = run.stopped;
-  let status = phase || stopped || (run.saved ? "open" : "Pending");
-  let group = "going";
+  const lost = !phase && !stopped && run.process === "lost";
+  let status = phase || stopped || (lost ? "lost" : run.saved ? "open" : "Pending");
+  let group = lost ? "stopped" : "going";
   if (stopped === "waiting_for_approval" || phase === "WaitingForApproval") group = "waiting";
   else if (phase === "Succeeded" || (!phase && stopped === "answered")) group = "answered";
   else if (phase === "Failed" || phase === "Suspended" || phase === "Interrupted" || (!phase && stopped && stopped !== "answered")) group = "stopped";
@@ -198,6 +199,7 @@ function showRun(id) {
         <div class="plot" id="plot"></div>
       </div>
       <div id="problem"></div>
+      <div class="callout lost" id="lost-note" hidden></div>
       <div class="callout approvals" id="approvals" hidden></div>
       <div class="callout answer" id="answer" hidden></div>
       <div class="timeline">
@@ -214,9 +216,10 @@ function showRun(id) {
   const asked = new Set(); // pages asked for (a page: positions PAGE * n to PAGE * (n + 1))
   let followId = null; // the server's follow of this run, which pages come from
   let summary = null, info = {}, cluster = null, openRow = null, chosen = {};
+  let process = null; // "running", "lost" (its run lock is free) or null: unknown
   let frame = 0;
 
-  const live = () => summary && summary.stopped === null;
+  const live = () => summary && summary.stopped === null && process !== "lost";
   const turnWindow = (turn) => {
     const w = turns.get(turn);
     if (!w) return null;
@@ -344,8 +347,11 @@ function showRun(id) {
 
   const showHead = () => {
     if (!summary) return;
-    const status = summary.stopped || "open";
+    const status = summary.stopped || process || "open";
     document.getElementById("run-status").innerHTML = badge(status, status === "open" ? "running or lost" : undefined);
+    const lostNote = document.getElementById("lost-note");
+    lostNote.hidden = summary.stopped !== null || process !== "lost";
+    lostNote.textContent = "No process runs it: the one that did ended without a last save (killed, or its machine stopped). Run it again to resume (alpineagents run); calls it left running are closed as aborted.";
     const u = summary.usage;
     const facts = [
       `<span><b>${summary.entries}</b> entries</span>`,
@@ -429,7 +435,7 @@ function showRun(id) {
     }
     if (update.about) { about = update.about; showAbout(); }
     place(update.columns, update.rows);
-    summary = update.summary; info = update.info || {}; cluster = update.cluster;
+    summary = update.summary; info = update.info || {}; cluster = update.cluster; process = update.process ?? null;
     if (Object.keys(chosen).some((c) => !summary.awaiting.some((a) => a.call_id === c))) chosen = {};
     showHead();
     if (update.reset) { spacer.style.height = `${total() * ROW}px`; viewport.scrollTop = viewport.scrollHeight; }
