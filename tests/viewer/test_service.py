@@ -118,8 +118,16 @@ def test_a_killed_process_leaves_an_aborted_call_after_an_attempt_boundary(
     call, boundary = rows[2], rows[3]
     assert call["lost"] is True
     assert boundary["title"] == "attempt 2"
-    # The call's bar ends where the next process closed it: no later than the boundary.
-    assert call["end"] == boundary["start"]
+    assert boundary["text"].endswith("what it left running is marked aborted above")
+    record = store.read("report")
+    assert record is not None
+    closing = next(e for e in record.entries if e["kind"] == "tool_result")
+    after = record.entries[closing["seq"] + 1]
+    # The call's bar ends at the lost process's last save (the time its closing entry
+    # carries): a lower bound. The new attempt begins with the new process's first entry.
+    assert call["end"] == closing["time"] == record.entries[closing["seq"] - 1]["time"]
+    assert boundary["start"] == after["time"] > call["end"]
+    assert call["seq"] == closing["seq"]  # the row's # is the result's entry
 
 
 def test_a_stopped_run_run_again_is_a_new_attempt(

@@ -78,7 +78,16 @@ class Row:
     tokens: dict[str, int] | None = None
     call_id: str | None = None
     lost: bool = False
-    """Ended with a lost process: ``end`` is when the next one closed it, an upper bound."""
+    """Ended with a lost process: ``end`` is the lost process's last save (the closing
+    entries carry its time), a lower bound: the call ran at least until then."""
+
+    @property
+    def seq(self) -> int | None:
+        """The entry the row's ``#`` names: a call's latest (its result, once it has
+        one), any other row's first."""
+        if not self.seqs:
+            return None
+        return self.seqs[-1] if self.kind == "call" else self.seqs[0]
 
     def as_list(self) -> list[Any]:
         """The row as the page gets it: its fields in :data:`ROW_COLUMNS` order, ``start``
@@ -106,7 +115,7 @@ class Row:
             "id": self.id,
             "kind": self.kind,
             "order": self.order,
-            "seq": self.seqs[0] if self.seqs else None,
+            "seq": self.seq,
             "seqs": list(self.seqs),
             "title": self.title,
             "text": self.text,
@@ -198,6 +207,7 @@ class Timeline:
         self._sent: dict[int, Row] = {}
         self._stopped_by: str | None = None  # text of the stop that ended the last attempt
         self._closing = False  # inside the entries that closed a lost process's turn
+        self._lost_attempt: Row | None = None  # its row, until the new process's first entry
         self._last_time: str | None = None
         self._now: str | None = None  # the time of the entry being applied
 
@@ -271,15 +281,22 @@ class Timeline:
             return self._new_attempt(seq, time, f"run again after it {reason}", "resumed")
         if closing and not self._closing:
             self._closing = True
-            return self._new_attempt(
+            # Placed before the closing entries, which carry the lost process's last save
+            # time: the row's start becomes the new process's first entry's, below.
+            self._lost_attempt = self._new_attempt(
                 seq,
                 time,
                 "the process before was lost without stopping (killed, or its pod or node "
-                "went away); what it left open is closed below",
+                "went away); what it left running is marked aborted above",
                 "lost",
             )
+            return self._lost_attempt
         if not closing and kind != "joined":
             self._closing = False
+            attempt, self._lost_attempt = self._lost_attempt, None
+            if attempt is not None and time is not None:
+                attempt.start = time
+                return attempt
         return None
 
     def _new_attempt(self, seq: int, time: str | None, text: str, status: str) -> Row:

@@ -56,6 +56,7 @@ function age(iso) {
 }
 function tokens(n) {
   n = Number(n || 0);
+  if (n >= 1e6) return `${(n / 1e6).toFixed(n >= 1e8 ? 0 : 1)}M`;
   return n >= 10000 ? `${(n / 1000).toFixed(n >= 100000 ? 0 : 1)}k` : String(n);
 }
 function badge(status, text) {
@@ -245,7 +246,8 @@ function showRun(id) {
     for (const values of list) {
       const row = {};
       for (let i = 0; i < columns.length; i++) row[columns[i]] = values[i];
-      row.seq = row.seqs.length ? row.seqs[0] : null;
+      // A call's # is its latest entry (its result once it has one), as Row.seq says.
+      row.seq = row.seqs.length ? row.seqs[row.kind === "call" ? row.seqs.length - 1 : 0] : null;
       rows[row.order] = row;
       if (row.turn !== null && row.turn !== undefined) {
         touchedTurns.add(row.turn);
@@ -291,7 +293,8 @@ function showRun(id) {
         const kind = row.kind === "model" ? "model " : "";
         bar = `<div class="lane"><div class="bar ${kind}${esc(row.status)}" style="left:${left.toFixed(2)}%;width:${Math.max(width, 0.6).toFixed(2)}%"></div></div>`;
       }
-      if (isFinite(end)) dur = (row.lost ? "≤ " : "") + duration(end - start);
+      // A lost call's end is its process's last save: it ran at least this long.
+      if (isFinite(end)) dur = (row.lost ? "≥ " : "") + duration(end - start);
     }
     const kindLabel = { message: row.title, model: "model", call: "tool", sent: "sent", compaction: "compaction", stop: "stop", note: row.title }[row.kind] || row.kind;
     const name = row.kind === "call" ? `<span class="k">tool</span>${esc(row.title)}` : row.kind === "model" ? `<span class="k">model</span>` : esc(kindLabel);
