@@ -20,7 +20,7 @@ from alpineagents.runner.liveness import is_running
 from alpineagents.state import check_format
 
 from .cluster import Answer, Cluster, ClusterError, ClusterRun
-from .timeline import JSON, ROW_COLUMNS, Row, Timeline
+from .timeline import JSON, ROW_COLUMNS, WAITING_FOR_RESUME, Row, Timeline
 
 FAST_POLL = 0.25  # seconds between two reads of a run that is going
 SLOW_POLL = 1.0  # ... of a run that stopped (it may be resumed)
@@ -55,7 +55,8 @@ class RunListing:
     saved: bool = True
     cluster: ClusterRun | None = None
     process: str | None = None
-    """For an open State: ``running`` or ``lost`` when its run lock tells (see
+    """For an open State: ``waiting_for_resume`` when a person answered the calls it
+    stopped for, else ``running`` or ``lost`` when its run lock tells (see
     :mod:`alpineagents.runner.liveness`), else None."""
 
     def to_json(self) -> JSON:
@@ -219,8 +220,8 @@ class RunViewer:
             except ClusterError as error:
                 cluster_error = str(error)
         listings = [
-            replace(row, process=await self._process(row.id))
-            if row.saved and row.stopped is None
+            replace(row, process=await self._open_run(row.id, row.entries))
+            if row.saved and row.stopped is None and row.cluster is None
             else row
             for row in run_listings(infos, cluster_runs)
         ]
@@ -388,6 +389,22 @@ class RunViewer:
             raise ViewerError(_text(error), 400) from None
         except Exception as error:
             raise ViewerError(f"cannot read {self.store!r}: {_text(error)}", 502) from None
+
+    async def _open_run(self, state_id: str, entries: int) -> str | None:
+        """What an open State of the list is: ``waiting_for_resume`` (a person answered
+        the calls it stopped for), else what :meth:`_process` tells."""
+        try:
+            last = await self.store.aread_since(state_id, max(0, entries - 1))
+        except Exception:
+            last = None  # the list shows what it can; the run's page says what failed
+        if last is not None and last.entries:
+            entry = last.entries[-1]
+            if (
+                entry.get("kind") == "permission"
+                and (entry.get("data") or {}).get("by") == "person"
+            ):
+                return WAITING_FOR_RESUME
+        return await self._process(state_id)
 
     async def _process(self, state_id: str) -> str | None:
         # Checked before the read that follows it: a run drops its lock after its last

@@ -58,6 +58,8 @@ ROW_COLUMNS = (
 """The fields of a row on the wire, in the order of :meth:`Row.as_list`."""
 
 JSON = dict[str, Any]
+WAITING_FOR_RESUME = "waiting_for_resume"
+"""A run stopped for approval whose calls a person answered: it goes on when run again."""
 
 
 @dataclass
@@ -156,7 +158,8 @@ class Summary:
     turns: int = 0
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0})
     stopped: str | None = None
-    """The last ``stop`` entry's reason while nothing came after it, else None (open)."""
+    """The last ``stop`` entry's reason while nothing came after it, else None (open);
+    :data:`WAITING_FOR_RESUME` once a person answered every call it waited on."""
     attempts: int = 1
     aborted_calls: int = 0
     answer: str | None = None
@@ -264,10 +267,15 @@ class Timeline:
         boundary = self._boundary(seq, kind, text, data, time)
         if boundary is not None:
             touched.append(boundary)
-        if kind != "stop":
+        # A person's answer to a stopped run is no step of a run: it stays stopped until
+        # a process takes it up again (then the answered calls run).
+        answered = _is_persons_answer(kind, data) and self._stopped_by is not None
+        if kind != "stop" and not answered:
             self.summary.stopped = None
         self._last_time = time or self._last_time
         touched.extend(self._entry(seq, kind, text, data, time))
+        if answered and not self.summary.awaiting:
+            self.summary.stopped = WAITING_FOR_RESUME
         return touched
 
     def _boundary(
@@ -275,7 +283,7 @@ class Timeline:
     ) -> Row | None:
         """The attempt row to draw before this entry, if a new process's run begins here."""
         closing = _closes_a_lost_turn(kind, text, data)
-        if self._stopped_by is not None and kind != "stop":
+        if self._stopped_by is not None and kind != "stop" and not _is_persons_answer(kind, data):
             reason, self._stopped_by = self._stopped_by, None
             self._closing = closing
             return self._new_attempt(seq, time, f"run again after it {reason}", "resumed")
@@ -472,7 +480,10 @@ class Timeline:
         if call is None:
             return [self._note(seq, "permission", text)]
         call.seqs.append(seq)
-        if data.get("allow"):
+        if data.get("allow") and self._stopped_by is not None:
+            # Allowed while the run is stopped: it runs when a process resumes the run.
+            call.status, call.start = "approved", time
+        elif data.get("allow"):
             # It runs from the answer on: the wait for the person is not the tool's time.
             call.status, call.start = "running", time
         else:
@@ -526,6 +537,10 @@ class Timeline:
 
     def _note(self, seq: int, kind: str, text: str) -> Row:
         return self._row("note", f"e{seq}", seq, title=kind, text=_one_line(text))
+
+
+def _is_persons_answer(kind: str, data: Mapping[str, Any]) -> bool:
+    return kind == "permission" and data.get("by") == "person"
 
 
 def _closes_a_lost_turn(kind: str, text: str, data: Mapping[str, Any]) -> bool:

@@ -110,9 +110,9 @@ let runsQuery = "";
 function statusOf(run) {
   const phase = run.cluster && run.cluster.phase;
   const stopped = run.stopped;
-  const lost = !phase && !stopped && run.process === "lost";
-  let status = phase || stopped || (lost ? "lost" : run.saved ? "open" : "Pending");
-  let group = lost ? "stopped" : "going";
+  const process = !phase && !stopped ? run.process : null; // lost, waiting_for_resume, ...
+  let status = phase || stopped || (process && process !== "running" ? process : run.saved ? "open" : "Pending");
+  let group = process === "lost" ? "stopped" : process === "waiting_for_resume" ? "waiting" : "going";
   if (stopped === "waiting_for_approval" || phase === "WaitingForApproval") group = "waiting";
   else if (phase === "Succeeded" || (!phase && stopped === "answered")) group = "answered";
   else if (phase === "Failed" || phase === "Suspended" || phase === "Interrupted" || (!phase && stopped && stopped !== "answered")) group = "stopped";
@@ -200,7 +200,7 @@ function showRun(id) {
         <div class="plot" id="plot"></div>
       </div>
       <div id="problem"></div>
-      <div class="callout lost" id="lost-note" hidden></div>
+      <div class="callout note" id="process-note" hidden></div>
       <div class="callout approvals" id="approvals" hidden></div>
       <div class="callout answer" id="answer" hidden></div>
       <div class="timeline">
@@ -351,10 +351,16 @@ function showRun(id) {
   const showHead = () => {
     if (!summary) return;
     const status = summary.stopped || process || "open";
-    document.getElementById("run-status").innerHTML = badge(status, status === "open" ? "running or lost" : undefined);
-    const lostNote = document.getElementById("lost-note");
-    lostNote.hidden = summary.stopped !== null || process !== "lost";
-    lostNote.textContent = "No process runs it: the one that did ended without a last save (killed, or its machine stopped). Run it again to resume (alpineagents run); calls it left running are closed as aborted.";
+    const labels = { open: "running or lost", waiting_for_resume: "answered: waits for a resume" };
+    document.getElementById("run-status").innerHTML = badge(status, labels[status]);
+    // Why nothing moves, and what makes it go on.
+    const note = document.getElementById("process-note");
+    const notes = {
+      lost: "No process runs it: the one that did ended without a last save (killed, or its machine stopped). Run it again to resume; calls it left running are closed as aborted.",
+      waiting_for_resume: `Every call it waited on has its answer; nothing runs until it is run again: alpineagents run FILE.yaml --id ${id} (its manifest), or agent.run on the loaded State.`,
+    };
+    note.hidden = !notes[status];
+    note.textContent = notes[status] || "";
     const u = summary.usage;
     const facts = [
       `<span><b>${summary.entries}</b> entries</span>`,
