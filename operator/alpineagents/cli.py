@@ -1,7 +1,7 @@
 """``alpineagents``: run, resume and inspect agent runs from a shell.
 
 ``run [FILE.yaml]`` runs or resumes an AgentRun (in a pod: the spec comes from the file
-``ALPINEAGENTS_SPEC_FILE`` names); ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
+``ALPINEAGENTS_SPEC_FILE`` names); ``approve ID CALL`` answers calls a run waits on; ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
 what a store holds; ``ui`` shows it in a browser. Each command is a few lines over
 :mod:`alpineagents.runner`.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -20,8 +21,11 @@ from .errors import StoreUnavailableError
 from .pod_contract import ExitCode
 from .redaction import Redactor
 from .runner import LogFormat, ProgressLog, SpecError, open_run_store, run_agent_run
-from .state import Entry, State, error_text
+from .runner.liveness import is_running
+from .runner.run import error_message
+from .state import Entry, State
 from .store.base import Record, Store
+from .store.file import FileStore
 
 TAIL_INTERVAL = 0.5  # seconds between two reads of a followed State
 
@@ -39,12 +43,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         code: int = args.command(args)
+        sys.stdout.flush()
         return code
     except CommandError as error:
         print(f"alpineagents: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # The reader left (`alpineagents list | head`): stop quietly, as `ls | head` does.
+        # Python's own flush at exit would fail again and print a traceback: point stdout
+        # at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 # ---------------------------------------------------------------------------- commands
@@ -59,7 +70,51 @@ def run(args: argparse.Namespace) -> int:
             result = run_agent_run(args.file, store_url=args.store, state_id=args.id, log=log)
         if result.answer is not None:
             print(result.answer)
+        if result.exit_code == ExitCode.WAITING_FOR_APPROVAL and log.format == "text":
+            _print_next_step(args, result.message)
     return result.exit_code
+
+
+def approve(args: argparse.Namespace) -> int:
+    """``approve ID CALL... [--refuse] [--reason TEXT]``: answer tool calls a stopped run
+    waits on, in its saved State; the next ``run`` goes on with the answers."""
+    store = _store(args)
+    _record(store, args.id)
+    state: State = _reading(store, lambda: store.load(args.id))
+    waiting = [call.id for call in state.awaiting_approval]
+    if state.stopped != "waiting_for_approval" or not waiting:
+        answered = bool(state.history) and state.history[-1].kind == "permission"
+        why = (
+            "its calls have their answers: run the manifest again to go on"
+            if answered
+            else state.stopped or "it is running, or its process was lost"
+        )
+        raise CommandError(f"{args.id} waits for no answer ({why})")
+    calls = list(dict.fromkeys(args.calls))
+    unknown = [call for call in calls if call not in waiting]
+    if unknown:
+        raise CommandError(
+            f"{', '.join(unknown)}: not a call {args.id} waits on; it waits on "
+            f"{', '.join(waiting)} (alpineagents show {args.id} lists them)"
+        )
+    others = [call for call in waiting if call not in calls]
+    if others:
+        # Answered calls saved next to unanswered ones would be closed as aborted on the
+        # next load: a run goes on only when every call it waits on has its answer.
+        raise CommandError(
+            f"{args.id} also waits on {', '.join(others)}: answer every waiting call at "
+            f"once (alpineagents approve {args.id} {' '.join(waiting)}), or give each its "
+            f"own answer in the manifest's spec.approvals"
+        )
+    for call in calls:
+        state.approve(call, not args.refuse, note=args.reason or "")
+    _reading(store, lambda: store.save(state))
+    word = "refused" if args.refuse else "allowed"
+    print(
+        f"{word} {', '.join(calls)} in {args.id}: run the manifest again to go on",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def list_states(args: argparse.Namespace) -> int:
@@ -107,8 +162,13 @@ def tail(args: argparse.Namespace) -> int:
     shown = len(entries)
     for entry in entries[max(0, shown - args.lines) :]:
         log.entry(args.id, entry)
-    while record.info.get("stopped") is None:
-        time.sleep(args.interval)
+    lost = False
+    while record.info.get("stopped") is None and not lost:
+        # Checked before the read: a run's lock goes only after its last save, so a read
+        # after a lock found free holds everything the run saved.
+        lost = is_running(store, args.id) is False
+        if not lost:
+            time.sleep(args.interval)
         latest = _reading(store, lambda: store.read(args.id))
         if latest is None:
             raise CommandError(f"State {args.id!r} was deleted")
@@ -116,6 +176,11 @@ def tail(args: argparse.Namespace) -> int:
         for entry in _entries(store, args.id, record)[shown:]:
             log.entry(args.id, entry)
             shown = entry.seq + 1
+    if record.info.get("stopped") is None and lost:
+        raise CommandError(
+            f"no process runs {args.id} (lost, or waiting to be run again): "
+            f"alpineagents run resumes it"
+        )
     return 0
 
 
@@ -133,7 +198,7 @@ def ui(args: argparse.Namespace) -> int:
     from .viewer import command
 
     try:
-        return command.serve(args, _store(args))
+        return command.serve(args, _store(args, must_exist=False))
     except command.UsageError as error:
         raise CommandError(str(error), ExitCode.NOT_RETRYABLE) from None
 
@@ -176,6 +241,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     command.set_defaults(command=run)
 
+    command = commands.add_parser(
+        "approve", parents=[common], help="answer tool calls a run waits on (exit 76)"
+    )
+    command.add_argument("id", metavar="ID")
+    command.add_argument("calls", nargs="+", metavar="CALL", help="a call id (show lists them)")
+    command.add_argument("--refuse", action="store_true", help="refuse the calls (default: allow)")
+    command.add_argument(
+        "--reason", metavar="TEXT", help="why, kept in the history with the answer"
+    )
+    command.set_defaults(command=approve)
+
     command = commands.add_parser("list", parents=[common], help="list saved States")
     command.set_defaults(command=list_states)
 
@@ -214,13 +290,20 @@ def _log_format(args: argparse.Namespace) -> LogFormat:
     return "json" if chosen == "json" else "text"
 
 
-def _store(args: argparse.Namespace) -> Store:
+def _store(args: argparse.Namespace, *, must_exist: bool = True) -> Store:
     try:
-        return open_run_store(args.store)
+        store = open_run_store(args.store)
     except SpecError as error:
         raise CommandError(str(error), ExitCode.NOT_RETRYABLE) from None
     except StoreUnavailableError as error:
         raise CommandError(str(error), ExitCode.RETRYABLE) from None
+    if must_exist and isinstance(store, FileStore) and not store.folder.is_dir():
+        # A mistyped --store would otherwise read as an empty store.
+        raise CommandError(
+            f"the store folder {str(store.folder)!r} does not exist (check --store or "
+            f"$ALPINEAGENTS_STORE; alpineagents run creates it)"
+        )
+    return store
 
 
 def _reading(store: Store, call: Any) -> Any:
@@ -229,10 +312,10 @@ def _reading(store: Store, call: Any) -> Any:
     except (KeyboardInterrupt, SystemExit):
         raise
     except ValueError as error:
-        raise CommandError(error_text(error), ExitCode.NOT_RETRYABLE) from None
+        raise CommandError(error_message(error), ExitCode.NOT_RETRYABLE) from None
     except Exception as error:
         raise CommandError(
-            f"store unavailable: {store!r}: {error_text(error)}", ExitCode.RETRYABLE
+            f"store unavailable: {store!r}: {error_message(error)}", ExitCode.RETRYABLE
         ) from None
 
 
@@ -250,6 +333,28 @@ def _entries(store: Store, state_id: str, record: Record) -> list[Entry]:
     entries it adds to close an open turn (those are not saved)."""
     state: State = _reading(store, lambda: State.from_record(state_id, record))
     return state.history[: state.loaded_entries]
+
+
+def _print_next_step(args: argparse.Namespace, message: dict[str, Any]) -> None:
+    """After exit 76 on a laptop: the commands that answer the calls and go on."""
+    state_id = message["stateId"]
+    calls = " ".join(p["callId"] for p in message["pendingApprovals"])
+    store = f" --store {args.store}" if args.store else ""
+    again = (
+        " ".join(
+            [
+                "alpineagents run",
+                *([args.file] if args.file else []),
+                *([f"--id {args.id}"] if args.id else []),
+            ]
+        )
+        + store
+    )
+    print(
+        f"next: alpineagents approve {state_id} {calls}{store}   (or --refuse --reason TEXT)\n"
+        f"then: {again}",
+        file=sys.stderr,
+    )
 
 
 @contextlib.contextmanager

@@ -19,6 +19,8 @@ from __future__ import annotations
 import io
 import os
 import re
+import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +28,7 @@ from typing import Any, TextIO, cast
 
 from .pod_contract import ENV_ENCRYPTION_KEYS, ENV_MCP_PREFIX, ENV_SECRET_NAMES
 
-__all__ = ["MASK", "Redactor"]
+__all__ = ["MASK", "Redactor", "learn"]
 
 MASK = "***"
 
@@ -45,13 +47,23 @@ _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_KEY|CR
 
 
 class Redactor:
-    """Masks each of ``secrets`` (values of at least 8 characters; shorter ones are kept)."""
+    """Masks each of ``secrets`` in every form it takes in text: the value, the value
+    without surrounding whitespace (``--from-file`` Secrets end in a newline the model
+    leaves out), each line of a multi-line value, and the token of an
+    ``Authorization``-style value (``Bearer <token>``). Forms shorter than 8 characters
+    are kept: they would mask ordinary words.
+
+    :meth:`add` (or :func:`learn`, for every Redactor of the process) masks a value the
+    process got later; a Redactor :meth:`from_environment` also reads its ``*_FILE``
+    secrets again when a file changes (renewed credentials).
+    """
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        values = {s for s in secrets if isinstance(s, str) and len(s) >= _MIN_LENGTH}
-        # Longest first, so a secret that contains another is masked whole.
-        ordered = sorted(values, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        self._lock = threading.Lock()
+        self._values: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self._files: dict[Path, tuple[int, int, int] | None] = {}
+        self._add_all(secrets)
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> Redactor:
@@ -63,6 +75,7 @@ class Redactor:
         env = os.environ if env is None else env
         named = {n.strip() for n in env.get(ENV_SECRET_NAMES, "").split(",") if n.strip()}
         values: list[str] = []
+        files: list[str] = []
         for name, value in env.items():
             if name == ENV_SECRET_NAMES:
                 continue
@@ -73,50 +86,52 @@ class Redactor:
                 or _SECRET_NAME.search(name)
             ):
                 if name.endswith("_FILE"):
-                    values += _file_secrets(value)
+                    files.append(value)
                 else:
                     values.append(value)
-        for name in _KNOWN:
-            values += _file_secrets(env.get(name + "_FILE"))
+        files += [env[name + "_FILE"] for name in _KNOWN if env.get(name + "_FILE")]
         # A keyring is "id:key,id:key": each key is a secret of its own too.
         for item in re.split(r"[\s,]+", env.get(ENV_ENCRYPTION_KEYS, "")):
             values.append(item.partition(":")[2])
-        return cls(values)
+        redactor = cls(values)
+        redactor._files = {Path(path): None for path in files if path}
+        redactor._read_changed_files()
+        _LEARNING.add(redactor)
+        with _LEARNED_LOCK:
+            redactor._add_all(_LEARNED)
+        return redactor
+
+    def add(self, value: str) -> None:
+        """Mask ``value`` (in each of its forms) from now on: a secret the process got
+        after this Redactor was made, such as renewed credentials."""
+        self._add_all([value])
 
     def __bool__(self) -> bool:
+        self._read_changed_files()
         return self._pattern is not None
 
     def text(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``."""
-        if self._pattern is None or not text:
-            return text
-        return self._pattern.sub(MASK, text)
+        self._read_changed_files()
+        return self._text(text)
 
     def data(self, value: Any) -> Any:
         """A copy of JSON-like ``value`` (dicts, lists, strings) with secrets masked."""
-        if self._pattern is None:
-            return value
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {
-                self.text(k) if isinstance(k, str) else k: self.data(v) for k, v in value.items()
-            }
-        if isinstance(value, list | tuple):
-            return type(value)(self.data(v) for v in value)
-        return value
+        self._read_changed_files()
+        return self._data(value)
 
     def exception(self, error: BaseException) -> BaseException:
         """Mask secrets in ``error`` in place (its args, ``message`` and ``body``); returns it."""
+        self._read_changed_files()
         if self._pattern is None:
             return error
-        error.args = tuple(self.data(arg) for arg in error.args)
+        error.args = tuple(self._data(arg) for arg in error.args)
         for attribute in ("message", "body"):
             if isinstance(getattr(error, attribute, None), str | dict | list):
-                setattr(error, attribute, self.data(getattr(error, attribute)))
+                setattr(error, attribute, self._data(getattr(error, attribute)))
         notes = getattr(error, "__notes__", None)
         if isinstance(notes, list):
-            notes[:] = [self.text(n) for n in notes]
+            notes[:] = [self._text(n) for n in notes]
         return error
 
     def stream(self, stream: TextIO) -> TextIO:
@@ -129,9 +144,6 @@ class Redactor:
         lines, warnings, tracebacks) passes through :meth:`stream`."""
         import sys
 
-        if self._pattern is None:
-            yield
-            return
         out, err = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = self.stream(out), self.stream(err)
         try:
@@ -140,6 +152,72 @@ class Redactor:
             sys.stdout.flush()
             sys.stderr.flush()
             sys.stdout, sys.stderr = out, err
+
+    def _text(self, text: str) -> str:
+        pattern = self._pattern
+        if pattern is None or not text:
+            return text
+        return pattern.sub(MASK, text)
+
+    def _data(self, value: Any) -> Any:
+        if self._pattern is None:
+            return value
+        if isinstance(value, str):
+            return self._text(value)
+        if isinstance(value, dict):
+            return {
+                self._text(k) if isinstance(k, str) else k: self._data(v) for k, v in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return type(value)(self._data(v) for v in value)
+        return value
+
+    def _add_all(self, secrets: Iterable[str]) -> None:
+        forms = {form for s in secrets if isinstance(s, str) for form in _forms(s)}
+        with self._lock:
+            if forms <= self._values:
+                return
+            self._values |= forms
+            # Longest first, so a secret that contains another is masked whole.
+            ordered = sorted(self._values, key=len, reverse=True)
+            self._pattern = re.compile("|".join(map(re.escape, ordered)))
+
+    def _read_changed_files(self) -> None:
+        # A few stats per call: cheap next to the writes the masked text is for.
+        for path, seen in list(self._files.items()):
+            try:
+                info = path.stat()
+            except OSError:
+                continue
+            stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+            if stamp != seen:
+                self._files[path] = stamp
+                self._add_all(_file_secrets(str(path)))
+
+
+def learn(value: str) -> None:
+    """Mask ``value`` in every Redactor made :meth:`~Redactor.from_environment` in this
+    process, now and later: for code that reads a secret while the run goes on (renewed
+    store credentials)."""
+    with _LEARNED_LOCK:
+        _LEARNED.add(value)
+    for redactor in list(_LEARNING):
+        redactor.add(value)
+
+
+_LEARNING: weakref.WeakSet[Redactor] = weakref.WeakSet()
+_LEARNED: set[str] = set()
+_LEARNED_LOCK = threading.Lock()
+_AUTH_SCHEME = re.compile(r"\b(?:Bearer|Basic|Token)\s+(\S+)", re.I)
+
+
+def _forms(secret: str) -> set[str]:
+    """The ways ``secret`` may appear in text, each long enough to mask safely."""
+    forms = {secret, secret.strip()}
+    forms.update(line.strip() for line in secret.splitlines())
+    forms.update(match.group(1) for match in _AUTH_SCHEME.finditer(secret))
+    # The stripped forms are masked, not the whitespace around them: "key\n" keeps its "\n".
+    return {form for form in forms if len(form) >= _MIN_LENGTH and form == form.strip()}
 
 
 class _RedactingStream(io.TextIOBase):

@@ -91,7 +91,8 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 class ViewerProcess:
-    """``python -m alpineagents ui`` as a child process; ``url`` is where it serves."""
+    """``python -m alpineagents ui`` as a child process; ``url`` is where it serves,
+    ``address`` the line it printed (with ``?token=...`` when it answers approvals)."""
 
     def __init__(self, args: list[str], env: Mapping[str, str]) -> None:
         self.process = subprocess.Popen(
@@ -108,7 +109,9 @@ class ViewerProcess:
         if not line.startswith("http://"):
             self.process.wait(30)
             raise AssertionError(f"alpineagents ui did not start: {line}{self.stderr()}")
-        self.url = line.strip()
+        self.address = line.strip()
+        self.url, _, query = self.address.partition("?")
+        self.token = query.removeprefix("token=")
 
     def stderr(self) -> str:
         assert self.process.stderr is not None

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from alpineagents import FileStore
+from alpineagents import FileStore, Message, State
 from alpineagents.runner import ExitCode
 from alpineagents.testing import ModelServer, hold, reply, tool_use
 from tests.bench.infra import free_port
@@ -23,6 +24,7 @@ from tests.bench.runner_process import (
     RunnerProcess,
     Workspace,
     child_env,
+    last_tool_result_block,
     tool_results,
     wait_for_file,
 )
@@ -83,6 +85,26 @@ def test_ctrl_c_stops_cleanly_and_a_second_run_resumes(
     again = workspace.run(manifest)
     assert again.process.returncode == 0, again.stderr
     assert again.stdout.strip() == "Stopped by you; not running it again."
+
+
+def test_an_edited_prompt_under_an_existing_id_warns_how_to_start_anew(
+    workspace: Workspace, model_server: ModelServer
+) -> None:
+    model_server.add(reply("Bern is sunny."))
+    assert workspace.run(workspace.manifest(prompt="Weather in Bern?")).process.returncode == 0
+    same = workspace.run(workspace.manifest(prompt="Weather in Bern?"))
+    assert " warning " not in same.stderr
+
+    edited = workspace.run(workspace.manifest(prompt="Weather in Zurich?"))
+    assert edited.process.returncode == 0
+    assert edited.stdout.strip() == "Bern is sunny."  # the saved State, as the warning says
+    (warning,) = [line for line in edited.stderr.splitlines() if " warning " in line]
+    assert warning.endswith(
+        "warning the spec's prompt is not the one job began with ('Weather in Bern?'): this "
+        "resumes the saved State and its prompt; to start anew, alpineagents delete job, or "
+        "run with --id NEW-ID"
+    )
+    assert len(model_server.requests) == 1
 
 
 # ---------------------------------------------------------------------------- list, show, tail, delete
@@ -163,6 +185,40 @@ def test_tail_follows_a_running_state_until_it_stops(
     assert run.wait() == 0
 
 
+def test_tail_says_lost_when_the_process_running_the_state_is_killed(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess]
+) -> None:
+    model_server.add(hold(reply("Never sent.")))
+    run = workspace.start(workspace.manifest(prompt="Take your time."))
+    model_server.wait_for_requests(1)
+
+    # A second run of the same State while the first runs would write over its history.
+    second = workspace.run(workspace.manifest(prompt="Take your time."))
+    assert second.process.returncode == ExitCode.RETRYABLE, second.stderr
+    assert second.message["error"] == (
+        f"job is being run by another process (pid {run.process.pid}): wait for it to end, "
+        f"or stop it"
+    )
+
+    tail = RunnerProcess(
+        ["tail", "job", "--store", str(workspace.runs), "--interval", "0.05"],
+        workdir=workspace.work,
+        env=child_env(None),
+        message_path=workspace.root / "tail-termination-log",
+    )
+    runners.append(tail)
+    assert tail.process.stdout is not None
+    assert "message user: Take your time." in tail.process.stdout.readline()
+    run.signal(signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL
+    assert tail.wait() == 1
+    assert tail.stderr == (
+        "alpineagents: no process runs job (lost, or waiting to be run again): "
+        "alpineagents run resumes it\n"
+    )
+    model_server.release()
+
+
 def test_tail_of_a_stopped_state_prints_its_last_entries_and_exits(
     workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess]
 ) -> None:
@@ -176,6 +232,77 @@ def test_tail_of_a_stopped_state_prints_its_last_entries_and_exits(
     assert [line.split()[0] for line in tail.stdout.splitlines()] == ["2", "3"]
 
 
+# ---------------------------------------------------------------------------- approvals
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_a_run_that_waits_for_approval_says_how_to_answer_and_approve_answers(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess], refuse: bool
+) -> None:
+    model_server.add(reply(tool_use("shell", {"command": "touch deployed"}, id="toolu_w")))
+    manifest = workspace.manifest(prompt="Deploy.", tools=["shell"], requireApproval=["shell"])
+    first = workspace.run(manifest)
+    assert first.process.returncode == ExitCode.WAITING_FOR_APPROVAL == 76, first.stderr
+    *_, exit_line, step, then = first.stderr.splitlines()
+    assert exit_line.endswith("exit waiting_for_approval (exit 76): toolu_w (shell)")
+    assert step.startswith(f"next: alpineagents approve job toolu_w --store {workspace.runs}")
+    assert then == f"then: alpineagents run {manifest} --store {workspace.runs}"
+
+    store, env = str(workspace.runs), child_env(None)
+    shown = cli("show", "job", "--store", store, workdir=workspace.work, env=env, runners=runners)
+    assert "approval asks a person: shell" in shown.stdout
+    assert shown.stdout.splitlines()[-2].endswith("[call toolu_w]")
+
+    wrong = cli(
+        "approve",
+        "job",
+        "toolu_x",
+        "--store",
+        store,
+        workdir=workspace.work,
+        env=env,
+        runners=runners,
+    )
+    assert wrong.process.returncode == 1
+    assert wrong.stderr == (
+        "alpineagents: toolu_x: not a call job waits on; it waits on toolu_w "
+        "(alpineagents show job lists them)\n"
+    )
+    answer = ["--refuse", "--reason", "not on a Friday"] if refuse else []
+    approved = cli(
+        "approve", "job", "toolu_w", *answer, "--store", store,
+        workdir=workspace.work, env=env, runners=runners,
+    )  # fmt: skip
+    assert approved.process.returncode == 0, approved.stderr
+    word = "refused" if refuse else "allowed"
+    assert approved.stderr == f"{word} toolu_w in job: run the manifest again to go on\n"
+    again = cli(
+        "approve",
+        "job",
+        "toolu_w",
+        "--store",
+        store,
+        workdir=workspace.work,
+        env=env,
+        runners=runners,
+    )
+    assert again.process.returncode == 1
+    assert "its calls have their answers: run the manifest again" in again.stderr
+
+    model_server.add(reply("Done."))
+    resumed = workspace.run(manifest)
+    assert resumed.process.returncode == 0, resumed.stderr
+    assert "resume job at seq 6 (answered by a person, 1 turn)" in resumed.stderr
+    result = last_tool_result_block(model_server.requests[-1].body)
+    assert (workspace.work / "deployed").exists() is not refuse
+    assert (result.get("is_error") is True) is refuse
+    if refuse:
+        history = cli(
+            "show", "job", "--store", store, workdir=workspace.work, env=env, runners=runners
+        )
+        assert "approval a person refused shell: not on a Friday [call toolu_w]" in history.stdout
+
+
 # ---------------------------------------------------------------------------- mistakes
 
 
@@ -187,6 +314,9 @@ def test_tail_of_a_stopped_state_prints_its_last_entries_and_exits(
         (["run", "ok.yaml"], 65, "ANTHROPIC_API_KEY is not set: export your API key, or run with --offline"),
         (["run", "ok.yaml", "--store", "ftp://somewhere/runs"], 65, "store: ftp://somewhere/runs: "),
         (["list", "--store", "ftp://somewhere/runs"], 65, "alpineagents: store: ftp://somewhere/runs: "),
+        (["list", "--store", "runz"], 1, "alpineagents: the store folder 'runz' does not exist (check --store"),
+        (["show", "job", "--store", "runz"], 1, "alpineagents: the store folder 'runz' does not exist"),
+        (["show", "damaged"], 65, "alpineagents: State 'damaged' in FileStore('.agent-runs') is damaged: "),
         (["show", "nope"], 1, "alpineagents: no saved State 'nope' in FileStore("),
         (["tail", "nope"], 1, "alpineagents: no saved State 'nope' in FileStore("),
         (["delete", "nope"], 1, "alpineagents: no saved State 'nope' in FileStore("),
@@ -202,12 +332,91 @@ def test_a_user_mistake_is_one_line_on_stderr(
         "apiVersion: alpineagents.dev/v1\nkind: AgentRun\nmetadata: {name: ok}\n"
         "spec: {model: claude-sonnet-5, prompt: hi}\n"
     )
+    (tmp_path / "runs").mkdir()
+    damaged = tmp_path / ".agent-runs" / "damaged"
+    damaged.mkdir(parents=True)
+    (damaged / "info.json").write_text("garbage")
+    (damaged / "history.jsonl").write_text("")
     result = cli(*args, workdir=tmp_path, env=child_env(None), runners=runners)
     assert result.process.returncode == code
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
+    assert "Error:" not in lines[0]  # a user is told what is wrong, not a Python class
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("requireApprovals", "spec.requireApprovals: not a field of an AgentRun; did you mean requireApproval?"),
+        ("require_approval", "spec.require_approval: not a field of an AgentRun; did you mean requireApproval?"),
+        ("tool", "spec.tool: not a field of an AgentRun; did you mean tools?"),
+        ("xyzzy", "spec.xyzzy: not a field of an AgentRun; its fields are: model, prompt,"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_field_in_a_manifest_stops_the_run_before_anything_runs(
+    workspace: Workspace, model_server: ModelServer, field: str, expected: str
+) -> None:
+    # A misspelt safety field must not run shell unasked: exit 65 before the model is asked.
+    manifest = workspace.manifest(prompt="Clean up.", tools=["shell"], **{field: ["shell"]})
+    runner = workspace.run(manifest)
+    assert runner.process.returncode == ExitCode.NOT_RETRYABLE == 65, runner.stderr
+    assert expected in runner.message["error"]
+    assert expected in runner.stderr
+    assert model_server.requests == []
+    assert workspace.store.read("job") is None
+
+
+def test_the_known_fields_are_the_crds() -> None:
+    from alpineagents.runner import spec
+
+    crd = yaml.safe_load((REPO / "crds" / "agentrun.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec._FIELDS) == set(schema["properties"])
+
+
+def test_list_into_head_stops_quietly(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "runs")
+    for n in range(1500):  # more than a pipe holds, so list is still writing when head leaves
+        store.save(State(f"run-{n:04}", [Message.user(f"Prompt number {n} " + "x" * 60)]))
+    listed = subprocess.Popen(
+        [sys.executable, "-m", "alpineagents", "list", "--store", str(store.folder)],
+        env=child_env(None),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert listed.stdout is not None and listed.stderr is not None
+    assert listed.stdout.readline().startswith("run-")
+    listed.stdout.close()  # what head does after its lines
+    stderr = listed.stderr.read()
+    assert listed.wait(DEADLINE) == 128 + signal.SIGPIPE
+    assert stderr == ""
+
+
+def test_an_s3_store_without_the_minio_extra_names_the_extra(
+    tmp_path: Path, runners: list[RunnerProcess]
+) -> None:
+    # As if minio were installed without one of its own dependencies (or not at all).
+    shadow = tmp_path / "shadow" / "minio"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'urllib3'\", name='urllib3')\n"
+    )
+    env = child_env(
+        None,
+        PYTHONPATH=f"{tmp_path / 'shadow'}:{REPO / 'operator'}",
+        AWS_ACCESS_KEY_ID="minioadmin",
+        AWS_SECRET_ACCESS_KEY="minioadmin",
+    )
+    url = "s3://runs/team?endpoint=127.0.0.1:9&secure=false"
+    listed = cli("list", "--store", url, workdir=tmp_path, env=env, runners=runners)
+    assert listed.process.returncode == ExitCode.NOT_RETRYABLE == 65
+    assert listed.stderr == (
+        f"alpineagents: store: {url} needs the minio extra (urllib3 is missing): "
+        f"pip install 'alpineagents[minio]'\n"
+    )
 
 
 def test_python_dash_m_is_the_same_command(tmp_path: Path) -> None:

@@ -530,7 +530,7 @@ def test_a_factory_that_returns_something_else_exits_65(workspace: Workspace) ->
 # ---------------------------------------------------------------------------- spec parsing
 
 
-def test_parse_spec_reads_messages_and_warns_about_misspelt_fields() -> None:
+def test_parse_spec_reads_messages_and_warns_about_misspelt_fields_in_a_pod() -> None:
     plan = parse_spec(
         {
             "model": "claude-sonnet-5",
@@ -542,7 +542,7 @@ def test_parse_spec_reads_messages_and_warns_about_misspelt_fields() -> None:
     assert [m.role for m in plan.messages] == ["user", "assistant"]
     assert plan.max_turns is None
     assert plan.warnings == (
-        "spec.maxturns: not a field the runner reads; did you mean 'maxTurns'?",
+        "spec.maxturns: not a field of an AgentRun; did you mean maxTurns?",
     )
     with pytest.raises(SpecError, match=r"spec\.messages\[0\]\.role"):
         parse_spec({"model": "m", "messages": [{"role": "system", "content": "x"}]})

@@ -76,3 +76,35 @@ def test_a_model_error_that_echoes_the_key_is_saved_without_it(
     assert KEY not in str(raised.value.body)
     saved = "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
     assert "invalid x-api-key: ***" in saved and KEY not in saved
+
+
+def test_each_form_of_a_secret_is_masked() -> None:
+    redactor = Redactor(
+        [
+            "value-with-newline\n",
+            "first-line-of-it\nsecond-line-of-it\nab\n",
+            "Bearer tok-tok-tok-1",
+        ]
+    )
+    text = "value-with-newline.\nsecond-line-of-it first-line-of-it ab Bearer tok-tok-tok-1 tok-tok-tok-1"
+    assert redactor.text(text) == "***.\n*** *** ab *** ***"  # "ab" is too short to mask
+    # The newline after a value stays: only the value is masked.
+    assert redactor.text("x value-with-newline\ny") == "x ***\ny"
+
+
+def test_a_value_learnt_later_is_masked_from_then_on(tmp_path: Path) -> None:
+    from alpineagents.redaction import learn
+
+    token_file = tmp_path / "token"
+    token_file.write_text("session-token-first\n")
+    redactor = Redactor.from_environment({"AWS_SESSION_TOKEN_FILE": str(token_file)})
+    plain = Redactor(["unrelated-secret"])
+    assert redactor.text("session-token-first") == "***"
+    token_file.write_text("session-token-second\n")  # renewed in place
+    assert redactor.text("session-token-second") == "***"
+    learn("renewed-access-key")  # what a credentials reader tells every run's Redactor
+    assert redactor.text("renewed-access-key") == "***"
+    assert Redactor.from_environment({}).text("renewed-access-key") == "***"
+    assert plain.text("renewed-access-key") == "renewed-access-key"  # not from_environment
+    plain.add("added-by-hand")
+    assert plain.text("added-by-hand") == "***"

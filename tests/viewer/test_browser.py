@@ -290,7 +290,8 @@ def test_a_local_approval_is_recorded_in_the_state(
         urllib.request.urlopen(forged, timeout=60)
     assert refused.value.code == 403
 
-    page.goto(f"{viewer.url}runs/release-2-4")
+    page.goto(f"{viewer.url}runs/release-2-4?token={viewer.token}")  # as printed
+    expect(page).to_have_url(f"{viewer.url}runs/release-2-4")  # the token left the address bar
     page.locator("#approvals button.refuse").click()
     expect(page.locator("#approval-result")).to_contain_text("recorded in State release-2-4")
     expect(page.locator("#approvals")).to_be_hidden()  # the answer is in the history now

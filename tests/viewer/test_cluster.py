@@ -103,7 +103,7 @@ def test_an_approval_clicked_in_the_viewer_goes_into_the_agentrun_and_the_run_go
         str(control_plane.kubeconfig),
         "--allow-approvals",
     )
-    page.goto(viewer.url)
+    page.goto(viewer.address)  # as printed, with the approval token
     row = page.locator(f'#runs tr[data-id="{state_id}"]')
     expect(row).to_contain_text(f"{namespace}/{name}")
     expect(row).to_contain_text("WaitingForApproval")

@@ -117,8 +117,16 @@ def test_a_killed_process_leaves_an_aborted_call_after_an_attempt_boundary(
     call, boundary = rows[2], rows[3]
     assert call["lost"] is True
     assert boundary["title"] == "attempt 2"
-    # The call's bar ends where the next process closed it: no later than the boundary.
-    assert call["end"] == boundary["start"]
+    assert boundary["text"].endswith("what it left running is marked aborted above")
+    record = store.read("report")
+    assert record is not None
+    closing = next(e for e in record.entries if e["kind"] == "tool_result")
+    after = record.entries[closing["seq"] + 1]
+    # The call's bar ends at the lost process's last save (the time its closing entry
+    # carries): a lower bound. The new attempt begins with the new process's first entry.
+    assert call["end"] == closing["time"] == record.entries[closing["seq"] - 1]["time"]
+    assert boundary["start"] == after["time"] > call["end"]
+    assert call["seq"] == closing["seq"]  # the row's # is the result's entry
 
 
 def test_a_stopped_run_run_again_is_a_new_attempt(
@@ -318,6 +326,44 @@ async def test_approvals_are_refused_read_only_and_taken_whole_when_on(
     ]
     with pytest.raises(ViewerError, match="does not wait"):
         await viewer.approve("ship", both)
+
+
+async def test_an_answered_run_waits_for_a_resume_and_the_resume_is_its_next_attempt(
+    tmp_path: Path, model_server: ModelServer, model_client: anthropic.Anthropic
+) -> None:
+    store = FileStore(tmp_path)
+    await asyncio.to_thread(waiting_run, store, model_server, model_client)
+    viewer = RunViewer(store, allow_approvals=True)
+    await viewer.approve("ship", [Answer("toolu_a", True), Answer("toolu_b", False, "not b")])
+
+    record = store.read("ship")
+    assert record is not None
+    timeline = Timeline()
+    timeline.add(record.entries)
+    summary = timeline.summary.to_json()
+    # Nothing runs: no second attempt, the run is not open, the allowed call not running.
+    assert summary["stopped"] == "waiting_for_resume"
+    assert summary["attempts"] == 1
+    calls = {r.call_id: r.status for r in timeline.rows if r.kind == "call"}
+    assert calls == {"toolu_a": "approved", "toolu_b": "refused"}
+    (listed,) = (await viewer.runs())["runs"]
+    assert (listed["stopped"], listed["process"]) == (None, "waiting_for_resume")
+
+    model_server.add(reply("Shipped a."))
+    state = store.load("ship")
+    agent = Agent("claude-sonnet-5", store, client=model_client)
+    await asyncio.to_thread(agent.run, state)
+    record = store.read("ship")
+    assert record is not None
+    timeline = Timeline()
+    timeline.add(record.entries)
+    assert timeline.summary.stopped == "answered"
+    (boundary,) = [r for r in timeline.rows if r.kind == "attempt"]
+    assert boundary.text == "run again after it stopped (waiting_for_approval)"
+    # The attempt begins with the resumed process's first entry, after the answers.
+    answers = [e for e in record.entries if e["kind"] == "permission"]
+    first_of_attempt = record.entries[answers[-1]["seq"] + 1]
+    assert boundary.start == first_of_attempt["time"]
 
 
 def info(state_id: str, parent: str | None = None, minute: int = 0) -> StateInfo:

@@ -57,8 +57,8 @@ def entry_event(entry: Entry) -> tuple[str, str]:
 class ProgressLog:
     """One line per step of a run to ``stream``: readable text, or JSON objects.
 
-    Text: ``12:00:01 think claude-sonnet-5 calls shell``; with ``show_seq``, each entry's
-    seq comes first. JSON (``format="json"``): one object per line with ``time`` (ISO,
+    Text: ``12:00:01 think claude-sonnet-5 calls shell``; with ``show_seq`` (``show``,
+    ``tail``), each entry's seq comes first and a tool call's id last (``[call toolu_1]``). JSON (``format="json"``): one object per line with ``time`` (ISO,
     UTC), ``event``, ``state`` and, for history entries, ``seq``, ``kind``, ``text`` and
     (tool results) ``tool``, ``outcome``, ``callId``.
     """
@@ -96,6 +96,10 @@ class ProgressLog:
             self._write(json.dumps(record, ensure_ascii=False))
             return
         seq = f"{entry.seq:>4} " if self.show_seq else ""
+        call_id = entry.data.get("call_id") if self.show_seq else None
+        if isinstance(call_id, str):
+            # What `alpineagents approve ID CALL` takes, on the lines that name a call.
+            text = f"{text} [call {call_id}]"
         self._write(f"{seq}{_clock(entry.time)} {event} {text}")
 
     def saved(self, state_id: str, entries: Sequence[Mapping[str, Any]]) -> None:

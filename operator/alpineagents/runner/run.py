@@ -22,6 +22,7 @@ from .. import builtin_tools
 from .. import model as _model
 from ..agent import Agent
 from ..errors import StateNotFoundError, StoreUnavailableError
+from ..messages import Message
 from ..pod_contract import (
     ENV_STATE_ID,
     ENV_STORE,
@@ -37,12 +38,14 @@ from ..store.base import Store
 from ..store.url import open_store, redact
 from ..toolsets import ToolsetUnavailable
 from .build import build_agent
+from .liveness import RunningElsewhere, holding_run
 from .progress import LoggedStore, ProgressLog
 from .spec import Approval, RunPlan, SpecError, parse_spec, read_manifest, spec_from_environment
 
 __all__ = [
     "DEFAULT_STORE",
     "RunResult",
+    "error_message",
     "install_sigterm_handler",
     "open_run_store",
     "open_state",
@@ -65,6 +68,15 @@ def open_run_store(url: str | None, environ: Mapping[str, str] | None = None) ->
     location = url or env.get(ENV_STORE) or DEFAULT_STORE
     try:
         return open_store(location, env=dict(env))
+    except ImportError as error:
+        # Not retryable: the store's client is not installed (or one of its parts).
+        missing = (error.name or "").partition(".")[0]
+        extra = "encryption" if missing == "cryptography" else "minio"
+        raise SpecError(
+            "store",
+            f"{redact(location)} needs the {extra} extra ({error.name or error} is missing): "
+            f"pip install 'alpineagents[{extra}]'",
+        ) from None
     except (ValueError, TypeError, LookupError) as error:
         # The URL itself may hold a secret by mistake: it is never shown as given.
         raise SpecError("store", f"{redact(location)}: {error}") from None
@@ -207,12 +219,18 @@ class _Run:
             return self.result(ExitCode.NOT_RETRYABLE, "failed", str(error))
         except StoreUnavailableError as error:
             return self.result(ExitCode.RETRYABLE, "retryable", str(error))
-        return self._run(agent, plan)
+        assert self.state_id is not None
+        try:
+            # Held until the last save: readers tell a lost run from a running one by it.
+            with holding_run(self.store.inner, self.state_id):
+                return self._run(agent, plan)
+        except RunningElsewhere as error:
+            return self.result(ExitCode.RETRYABLE, "retryable", str(error))
 
     def _plan(self, manifest: str | os.PathLike[str] | None, state_id: str | None) -> RunPlan:
         if manifest is not None:
             spec, name = read_manifest(manifest)
-            plan = parse_spec(spec)
+            plan = parse_spec(spec, strict=True)
         else:
             name = None
             plan = parse_spec(spec_from_environment(self.environ))
@@ -235,7 +253,7 @@ class _Run:
                 # after the load, the claim fails if someone wrote since (MinioStore).
                 store.claim(state_id)
         except ValueError as error:  # a format this version cannot read, or a damaged record
-            return self.result(ExitCode.NOT_RETRYABLE, "failed", error_text(error))
+            return self.result(ExitCode.NOT_RETRYABLE, "failed", error_message(error))
         except Exception as error:
             return self.result(ExitCode.RETRYABLE, "retryable", _store_problem(store, error))
         state = self.state
@@ -247,6 +265,9 @@ class _Run:
                 "for the scripted echo model",
             )
         self._announce(store, state)
+        changed = _changed_prompt(state, plan)
+        if changed is not None:
+            self._note("warning", changed)
         for approval in record_approvals(state, plan.approvals):
             word = "allowed" if approval.allow else "refused"
             self._note("approval", f"{approval.call_id} {word} (spec.approvals)")
@@ -303,8 +324,11 @@ class _Run:
         if saved == 0:
             self._note("start", f"{state.id} (a new State) in {store!r}")
             return
-        status = "answered" if state.answer is not None else state.stopped or "interrupted"
-        line = f"{state.id} at seq {saved} ({status}, {state.turns} turns) from {store!r}"
+        status: str = "answered" if state.answer is not None else state.stopped or "interrupted"
+        if state.stopped is None and state.history[saved - 1].kind == "permission":
+            status = "answered by a person"
+        turns = f"{state.turns} turn" + ("" if state.turns == 1 else "s")
+        line = f"{state.id} at seq {saved} ({status}, {turns}) from {store!r}"
         if self.aborted:
             line += f"; closed as aborted: {', '.join(self.aborted)}"
         self._note("resume", line)
@@ -322,6 +346,31 @@ class _Run:
             aborted=self.aborted,
         )
         return RunResult(int(code), message, self.state)
+
+
+def _changed_prompt(state: State, plan: RunPlan) -> str | None:
+    """A warning when the spec's messages are not those the saved State began with: the
+    saved State is resumed, and the edit would otherwise be silently ignored."""
+    if not state.loaded_entries:
+        return None
+    saved = [e.data.get("message") for e in state.history[: len(plan.messages)]]
+    if saved == [m.to_dict() for m in plan.messages]:
+        return None
+    first = state.history[0].data.get("message") or {}
+    began = Message.from_dict(first).text if first else "?"
+    began = began if len(began) <= 60 else began[:57] + "..."
+    return (
+        f"the spec's prompt is not the one {state.id} began with ({began!r}): this resumes "
+        f"the saved State and its prompt; to start anew, alpineagents delete {state.id}, "
+        f"or run with --id NEW-ID"
+    )
+
+
+def error_message(error: BaseException) -> str:
+    """An error's own words for a user, without Python's class name (``StateFormatError:``
+    says nothing to them); the class name only when the error has no words."""
+    text = str(error.args[0]) if len(error.args) == 1 else str(error)
+    return " ".join(text.split()) or type(error).__name__
 
 
 def _store_problem(store: Store, error: BaseException) -> str:

@@ -87,18 +87,51 @@ _SPEC_FIELDS = (
     "mcpServers",
     *_LONG_RUN_FIELDS,
 )
+# The rest of the CRD's spec fields (crds/agentrun.yaml; a test keeps the two lists equal).
+_OPERATOR_FIELDS = (
+    "image",
+    "resources",
+    "env",
+    "envFrom",
+    "serviceAccountName",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "store",
+    "restartPolicy",
+    "suspend",
+    "onDelete",
+)
+_FIELDS = _SPEC_FIELDS + _OPERATOR_FIELDS
 _IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-def parse_spec(spec: object, *, where: str = "spec") -> RunPlan:
+def parse_spec(spec: object, *, where: str = "spec", strict: bool = False) -> RunPlan:
     """Check an AgentRun ``.spec`` (camelCase fields) and turn it into a :class:`RunPlan`.
 
-    Raises :class:`SpecError` naming the first field that is wrong. Fields the runner does
-    not read are left to the operator; one that looks like a misspelt runner field gives a
-    warning in ``RunPlan.warnings``.
+    Raises :class:`SpecError` naming the first field that is wrong. Fields only the
+    operator reads (``env``, ``resources``, ...) are left to it. A field no AgentRun has
+    (``requireApprovals``) is an error naming the closest known field when ``strict``
+    (a manifest on a laptop, where no CRD schema refused it first), else a warning in
+    ``RunPlan.warnings``. With ``agent`` set, a field unlike any known one is the factory's
+    own (it gets the whole spec) unless it is a near-miss of a known one.
     """
     if not isinstance(spec, Mapping):
         raise SpecError(where, "must be a mapping of fields (model, prompt, tools, ...)")
+    warnings = []
+    for key in spec:
+        if key not in _SPEC_FIELDS and key not in _OPERATOR_FIELDS:
+            # With a factory agent, a field unlike any known one is the factory's own (it
+            # gets the whole spec); only a near-miss of a known field is a mistake then.
+            factory = spec.get("agent") is not None
+            close = _closest_field(str(key), cutoff=0.85 if factory else 0.6)
+            if factory and close is None:
+                continue
+            hint = f"did you mean {close}?" if close else f"its fields are: {', '.join(_FIELDS)}"
+            problem = f"not a field of an AgentRun; {hint}"
+            if strict:
+                raise SpecError(f"{where}.{key}", problem)
+            warnings.append(f"{where}.{key}: {problem}")
     model = spec.get("model")
     if not isinstance(model, str) or not model.strip():
         raise SpecError(f"{where}.model", "required: the Claude model to run, e.g. claude-sonnet-5")
@@ -123,15 +156,6 @@ def parse_spec(spec: object, *, where: str = "spec") -> RunPlan:
         mcp_servers = parse_mcp_servers(spec, where)
     except MCPSpecError as error:
         raise SpecError(error.where, error.problem) from None
-    warnings = []
-    for key in spec:
-        if key not in _SPEC_FIELDS:
-            close = difflib.get_close_matches(str(key), _SPEC_FIELDS, n=1, cutoff=0.8)
-            if close or str(key).lower() in {f.lower() for f in _SPEC_FIELDS}:
-                hint = close[0] if close else str(key)
-                warnings.append(
-                    f"{where}.{key}: not a field the runner reads; did you mean {hint!r}?"
-                )
     return RunPlan(
         model=model,
         messages=messages,
@@ -147,6 +171,22 @@ def parse_spec(spec: object, *, where: str = "spec") -> RunPlan:
         spec=dict(spec),
         warnings=tuple(warnings),
     )
+
+
+def _closest_field(key: str, cutoff: float) -> str | None:
+    """The known spec field ``key`` most likely misspells, if any is close."""
+
+    def plain(name: str) -> str:  # require_approval, RequireApproval -> requireapproval
+        return name.replace("_", "").replace("-", "").lower()
+
+    same = [name for name in _FIELDS if plain(name) == plain(key)]
+    close = same or difflib.get_close_matches(key, _FIELDS, n=1, cutoff=cutoff)
+    if not close:
+        found = difflib.get_close_matches(
+            plain(key), [plain(n) for n in _FIELDS], n=1, cutoff=cutoff
+        )
+        close = [name for name in _FIELDS if found and plain(name) == found[0]]
+    return close[0] if close else None
 
 
 def _parse_messages(spec: Mapping[str, Any], where: str) -> tuple[Message, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import secrets
 import socket
 import sys
 from typing import TYPE_CHECKING, TextIO
@@ -33,7 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-approvals",
         action="store_true",
-        help="let the page answer tool calls that wait for approval (default: read-only)",
+        help="let the page answer tool calls that wait for approval (default: read-only); "
+        "the address printed holds a token the page must send",
+    )
+    parser.add_argument(
+        "--allow-remote-approvals",
+        action="store_true",
+        help="with --allow-approvals and a --host other machines reach: let them answer too",
     )
     cluster = parser.add_mutually_exclusive_group()
     cluster.add_argument(
@@ -80,18 +87,32 @@ def serve(args: argparse.Namespace, store: Store, *, out: TextIO = sys.stdout) -
         ) from None
     from .service import RunViewer
 
+    loopback = _is_loopback(args.host)
+    if args.allow_approvals and not loopback and not args.allow_remote_approvals:
+        raise UsageError(
+            f"--allow-approvals with --host {args.host} lets other machines answer tool "
+            f"calls: add --allow-remote-approvals if that is meant, or serve on 127.0.0.1"
+        )
     cluster = None if args.no_cluster else _cluster(args)
     viewer = RunViewer(store, cluster=cluster, allow_approvals=args.allow_approvals)
-    loopback = _is_loopback(args.host)
     hosts = ["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else ["*"]
-    app = create_app(viewer, allowed_hosts=hosts)
+    # As Jupyter does: only whoever sees the address printed here can answer calls.
+    token = secrets.token_urlsafe(24) if args.allow_approvals else None
+    app = create_app(viewer, allowed_hosts=hosts, approval_token=token)
     listener = _listen(args.host, args.port)
     port = listener.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host
     mode = "answers approvals" if args.allow_approvals else "read-only"
     where = f"; AgentRuns of {cluster.where}" if cluster else ""
-    print(f"http://{shown}:{port}/", file=out, flush=True)
+    print(f"http://{shown}:{port}/" + (f"?token={token}" if token else ""), file=out, flush=True)
     print(f"alpineagents ui: {store!r}{where}; {mode}; Ctrl+C stops", file=sys.stderr, flush=True)
+    if args.allow_approvals and not loopback:
+        print(
+            f"alpineagents ui: warning: anyone who can reach {args.host}:{port} and has "
+            f"the token can answer tool calls; the connection is not encrypted",
+            file=sys.stderr,
+            flush=True,
+        )
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
     try:
         uvicorn.Server(config).run(sockets=[listener])

@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from alpineagents import State, StateInfo, Store, collection
+from alpineagents.runner.liveness import is_running
 from alpineagents.state import check_format
 
 from .cluster import Answer, Cluster, ClusterError, ClusterRun
-from .timeline import JSON, ROW_COLUMNS, Row, Timeline
+from .timeline import JSON, ROW_COLUMNS, WAITING_FOR_RESUME, Row, Timeline
 
 FAST_POLL = 0.25  # seconds between two reads of a run that is going
 SLOW_POLL = 1.0  # ... of a run that stopped (it may be resumed)
@@ -53,6 +54,10 @@ class RunListing:
     children: int = 0
     saved: bool = True
     cluster: ClusterRun | None = None
+    process: str | None = None
+    """For an open State: ``waiting_for_resume`` when a person answered the calls it
+    stopped for, else ``running`` or ``lost`` when its run lock tells (see
+    :mod:`alpineagents.runner.liveness`), else None."""
 
     def to_json(self) -> JSON:
         return {
@@ -69,6 +74,7 @@ class RunListing:
             "children": self.children,
             "saved": self.saved,
             "cluster": self.cluster.to_json() if self.cluster else None,
+            "process": self.process,
         }
 
 
@@ -148,6 +154,7 @@ class Update:
     gone: bool = False
     about: JSON | None = None
     follow_id: str | None = None
+    process: str | None = None
 
     def to_json(self) -> JSON:
         """The message as the page gets it: rows as lists, their fields named once."""
@@ -162,6 +169,7 @@ class Update:
             "gone": self.gone,
             "about": self.about,
             "follow_id": self.follow_id,
+            "process": self.process,
         }
 
 
@@ -211,8 +219,14 @@ class RunViewer:
                 cluster_runs = await asyncio.to_thread(self.cluster.runs)
             except ClusterError as error:
                 cluster_error = str(error)
+        listings = [
+            replace(row, process=await self._open_run(row.id, row.entries))
+            if row.saved and row.stopped is None and row.cluster is None
+            else row
+            for row in run_listings(infos, cluster_runs)
+        ]
         return {
-            "runs": [row.to_json() for row in run_listings(infos, cluster_runs)],
+            "runs": [row.to_json() for row in listings],
             "cluster_error": cluster_error,
             **self.about(),
         }
@@ -229,6 +243,7 @@ class RunViewer:
         rows of its timeline under the first update's ``follow_id``.
         """
         timeline = Timeline()
+        process = await self._process(state_id)
         record = await self._read_since(state_id, 0)
         if record is None:
             raise ViewerError(f"no saved State {state_id!r} in {self.store!r}", 404)
@@ -249,6 +264,7 @@ class RunViewer:
                 cluster=run.to_json() if run else None,
                 about=self.about(),
                 follow_id=follow_id,
+                process=process,
             )
             info, cluster_seen = dict(record.info), asyncio.get_running_loop().time()
             shown = run.to_json() if run else None
@@ -261,6 +277,9 @@ class RunViewer:
                         wanted = await wanted
                     if not wanted:
                         return
+                was = process
+                if not stopped:
+                    process = await self._process(state_id)
                 record = await self._read_since(state_id, timeline.next_seq)
                 if record is None:
                     summary = timeline.summary.to_json()
@@ -273,7 +292,7 @@ class RunViewer:
                     cluster_seen = now
                     run = await self._cluster_run(state_id)
                     fresh = run.to_json() if run else None
-                if rows or record.info != info or fresh != shown:
+                if rows or record.info != info or fresh != shown or process != was:
                     info, shown = dict(record.info), fresh
                     yield Update(
                         rows=rows,
@@ -281,6 +300,7 @@ class RunViewer:
                         info=info,
                         next_seq=timeline.next_seq,
                         cluster=shown,
+                        process=process,
                     )
         finally:
             del self._followed[follow_id]
@@ -369,6 +389,31 @@ class RunViewer:
             raise ViewerError(_text(error), 400) from None
         except Exception as error:
             raise ViewerError(f"cannot read {self.store!r}: {_text(error)}", 502) from None
+
+    async def _open_run(self, state_id: str, entries: int) -> str | None:
+        """What an open State of the list is: ``waiting_for_resume`` (a person answered
+        the calls it stopped for), else what :meth:`_process` tells."""
+        try:
+            last = await self.store.aread_since(state_id, max(0, entries - 1))
+        except Exception:
+            last = None  # the list shows what it can; the run's page says what failed
+        if last is not None and last.entries:
+            entry = last.entries[-1]
+            if (
+                entry.get("kind") == "permission"
+                and (entry.get("data") or {}).get("by") == "person"
+            ):
+                return WAITING_FOR_RESUME
+        return await self._process(state_id)
+
+    async def _process(self, state_id: str) -> str | None:
+        # Checked before the read that follows it: a run drops its lock after its last
+        # save, so "lost" never hides entries saved before the process ended.
+        try:
+            running = await asyncio.to_thread(is_running, self.store, state_id)
+        except OSError:
+            return None
+        return None if running is None else "running" if running else "lost"
 
     async def _load(self, state_id: str) -> State:
         try:

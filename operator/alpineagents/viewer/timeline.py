@@ -58,6 +58,8 @@ ROW_COLUMNS = (
 """The fields of a row on the wire, in the order of :meth:`Row.as_list`."""
 
 JSON = dict[str, Any]
+WAITING_FOR_RESUME = "waiting_for_resume"
+"""A run stopped for approval whose calls a person answered: it goes on when run again."""
 
 
 @dataclass
@@ -78,7 +80,16 @@ class Row:
     tokens: dict[str, int] | None = None
     call_id: str | None = None
     lost: bool = False
-    """Ended with a lost process: ``end`` is when the next one closed it, an upper bound."""
+    """Ended with a lost process: ``end`` is the lost process's last save (the closing
+    entries carry its time), a lower bound: the call ran at least until then."""
+
+    @property
+    def seq(self) -> int | None:
+        """The entry the row's ``#`` names: a call's latest (its result, once it has
+        one), any other row's first."""
+        if not self.seqs:
+            return None
+        return self.seqs[-1] if self.kind == "call" else self.seqs[0]
 
     def as_list(self) -> list[Any]:
         """The row as the page gets it: its fields in :data:`ROW_COLUMNS` order, ``start``
@@ -106,7 +117,7 @@ class Row:
             "id": self.id,
             "kind": self.kind,
             "order": self.order,
-            "seq": self.seqs[0] if self.seqs else None,
+            "seq": self.seq,
             "seqs": list(self.seqs),
             "title": self.title,
             "text": self.text,
@@ -147,7 +158,8 @@ class Summary:
     turns: int = 0
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0})
     stopped: str | None = None
-    """The last ``stop`` entry's reason while nothing came after it, else None (open)."""
+    """The last ``stop`` entry's reason while nothing came after it, else None (open);
+    :data:`WAITING_FOR_RESUME` once a person answered every call it waited on."""
     attempts: int = 1
     aborted_calls: int = 0
     answer: str | None = None
@@ -198,6 +210,7 @@ class Timeline:
         self._sent: dict[int, Row] = {}
         self._stopped_by: str | None = None  # text of the stop that ended the last attempt
         self._closing = False  # inside the entries that closed a lost process's turn
+        self._lost_attempt: Row | None = None  # its row, until the new process's first entry
         self._last_time: str | None = None
         self._now: str | None = None  # the time of the entry being applied
 
@@ -254,10 +267,15 @@ class Timeline:
         boundary = self._boundary(seq, kind, text, data, time)
         if boundary is not None:
             touched.append(boundary)
-        if kind != "stop":
+        # A person's answer to a stopped run is no step of a run: it stays stopped until
+        # a process takes it up again (then the answered calls run).
+        answered = _is_persons_answer(kind, data) and self._stopped_by is not None
+        if kind != "stop" and not answered:
             self.summary.stopped = None
         self._last_time = time or self._last_time
         touched.extend(self._entry(seq, kind, text, data, time))
+        if answered and not self.summary.awaiting:
+            self.summary.stopped = WAITING_FOR_RESUME
         return touched
 
     def _boundary(
@@ -265,21 +283,28 @@ class Timeline:
     ) -> Row | None:
         """The attempt row to draw before this entry, if a new process's run begins here."""
         closing = _closes_a_lost_turn(kind, text, data)
-        if self._stopped_by is not None and kind != "stop":
+        if self._stopped_by is not None and kind != "stop" and not _is_persons_answer(kind, data):
             reason, self._stopped_by = self._stopped_by, None
             self._closing = closing
             return self._new_attempt(seq, time, f"run again after it {reason}", "resumed")
         if closing and not self._closing:
             self._closing = True
-            return self._new_attempt(
+            # Placed before the closing entries, which carry the lost process's last save
+            # time: the row's start becomes the new process's first entry's, below.
+            self._lost_attempt = self._new_attempt(
                 seq,
                 time,
                 "the process before was lost without stopping (killed, or its pod or node "
-                "went away); what it left open is closed below",
+                "went away); what it left running is marked aborted above",
                 "lost",
             )
+            return self._lost_attempt
         if not closing and kind != "joined":
             self._closing = False
+            attempt, self._lost_attempt = self._lost_attempt, None
+            if attempt is not None and time is not None:
+                attempt.start = time
+                return attempt
         return None
 
     def _new_attempt(self, seq: int, time: str | None, text: str, status: str) -> Row:
@@ -455,7 +480,10 @@ class Timeline:
         if call is None:
             return [self._note(seq, "permission", text)]
         call.seqs.append(seq)
-        if data.get("allow"):
+        if data.get("allow") and self._stopped_by is not None:
+            # Allowed while the run is stopped: it runs when a process resumes the run.
+            call.status, call.start = "approved", time
+        elif data.get("allow"):
             # It runs from the answer on: the wait for the person is not the tool's time.
             call.status, call.start = "running", time
         else:
@@ -509,6 +537,10 @@ class Timeline:
 
     def _note(self, seq: int, kind: str, text: str) -> Row:
         return self._row("note", f"e{seq}", seq, title=kind, text=_one_line(text))
+
+
+def _is_persons_answer(kind: str, data: Mapping[str, Any]) -> bool:
+    return kind == "permission" and data.get("by") == "person"
 
 
 def _closes_a_lost_turn(kind: str, text: str, data: Mapping[str, Any]) -> bool:

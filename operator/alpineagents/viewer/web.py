@@ -10,11 +10,16 @@
   when turned on.
 
 Requests must name this server as their Host (a web page elsewhere cannot reach it by
-DNS rebinding), and a POST must come from this page (same Origin, JSON body).
+DNS rebinding), and a POST must come from this page (same Origin, JSON body) and carry
+the token the viewer printed at start in its URL (header ``X-Approval-Token``): another
+program on the machine, or on the network, cannot answer for the person at the page.
+Every response forbids framing (``frame-ancestors 'none'``) and loading anything from
+elsewhere (``Content-Security-Policy``).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import AsyncIterator, Sequence
 from importlib import resources
@@ -26,19 +31,33 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .cluster import Answer
 from .service import RunViewer, ViewerError
 
 _STATIC = ("viewer.js", "viewer.css")
+TOKEN_HEADER = "X-Approval-Token"
+# Inline style attributes only: the page draws bars with them; no inline script.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
 
 
 def _asset(name: str) -> str:
     return resources.files(__package__).joinpath("static", name).read_text(encoding="utf-8")
 
 
-def create_app(viewer: RunViewer, *, allowed_hosts: Sequence[str] = ("*",)) -> Starlette:
-    """The ASGI app serving ``viewer``. ``allowed_hosts`` are the Host headers accepted."""
+def create_app(
+    viewer: RunViewer,
+    *,
+    allowed_hosts: Sequence[str] = ("*",),
+    approval_token: str | None = None,
+) -> Starlette:
+    """The ASGI app serving ``viewer``. ``allowed_hosts`` are the Host headers accepted;
+    an approval must carry ``approval_token`` (none given: every approval is refused)."""
     page = _asset("index.html")
     assets = {name: _asset(name) for name in _STATIC}
 
@@ -91,6 +110,14 @@ def create_app(viewer: RunViewer, *, allowed_hosts: Sequence[str] = ("*",)) -> S
     async def approve(request: Request) -> Response:
         if not _from_this_page(request):
             return JSONResponse({"error": "approvals come from this viewer's page only"}, 403)
+        if viewer.allow_approvals and not _has_token(request, approval_token):
+            return JSONResponse(
+                {
+                    "error": "this page has not the viewer's token: open the address "
+                    "alpineagents ui printed when it started (it ends in ?token=...)"
+                },
+                403,
+            )
         try:
             body = await request.json()
             answers = [_answer_of(item) for item in body["answers"]]
@@ -112,7 +139,10 @@ def create_app(viewer: RunViewer, *, allowed_hosts: Sequence[str] = ("*",)) -> S
         Route("/api/runs/{state_id:path}/entries", entries),
         Route("/api/runs/{state_id:path}/approvals", approve, methods=["POST"]),
     ]
-    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
+    middleware = [
+        Middleware(_SecurityHeaders),
+        Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
+    ]
     return Starlette(routes=routes, middleware=middleware)
 
 
@@ -161,6 +191,35 @@ def _answer_of(item: Any) -> Answer:
     if not isinstance(allow, bool):
         raise TypeError("allow must be true or false")
     return Answer(str(item["call_id"]), allow, str(item.get("note") or ""))
+
+
+class _SecurityHeaders:
+    """Adds the Content-Security-Policy (no framing, nothing from elsewhere) to every
+    response, the refusals of the middleware after it included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"content-security-policy", CONTENT_SECURITY_POLICY.encode()))
+                headers.append((b"x-frame-options", b"DENY"))  # for browsers before CSP 2
+                headers.append((b"x-content-type-options", b"nosniff"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _has_token(request: Request, token: str | None) -> bool:
+    given = request.headers.get(TOKEN_HEADER, "")
+    return token is not None and hmac.compare_digest(given.encode(), token.encode())
 
 
 def _from_this_page(request: Request) -> bool:

@@ -15,6 +15,20 @@ const PAGE = 200; // rows asked for at a time
 let about = { approvals: false, store: "", cluster: null };
 let leaveView = () => {};
 
+// The approval token the viewer printed in its address (?token=...), as Jupyter does:
+// kept for this tab, taken out of the address bar (not left in history or a screenshot),
+// sent with each approval.
+const approvalToken = (() => {
+  const url = new URL(location.href);
+  const given = url.searchParams.get("token");
+  if (given) {
+    sessionStorage.setItem("approval-token", given);
+    url.searchParams.delete("token");
+    history.replaceState(null, "", url.pathname + url.search + url.hash);
+  }
+  return sessionStorage.getItem("approval-token") || "";
+})();
+
 // ------------------------------------------------------------------ small pieces
 function esc(text) {
   return String(text ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
@@ -42,6 +56,7 @@ function age(iso) {
 }
 function tokens(n) {
   n = Number(n || 0);
+  if (n >= 1e6) return `${(n / 1e6).toFixed(n >= 1e8 ? 0 : 1)}M`;
   return n >= 10000 ? `${(n / 1000).toFixed(n >= 100000 ? 0 : 1)}k` : String(n);
 }
 function badge(status, text) {
@@ -95,8 +110,9 @@ let runsQuery = "";
 function statusOf(run) {
   const phase = run.cluster && run.cluster.phase;
   const stopped = run.stopped;
-  let status = phase || stopped || (run.saved ? "open" : "Pending");
-  let group = "going";
+  const process = !phase && !stopped ? run.process : null; // lost, waiting_for_resume, ...
+  let status = phase || stopped || (process && process !== "running" ? process : run.saved ? "open" : "Pending");
+  let group = process === "lost" ? "stopped" : process === "waiting_for_resume" ? "waiting" : "going";
   if (stopped === "waiting_for_approval" || phase === "WaitingForApproval") group = "waiting";
   else if (phase === "Succeeded" || (!phase && stopped === "answered")) group = "answered";
   else if (phase === "Failed" || phase === "Suspended" || phase === "Interrupted" || (!phase && stopped && stopped !== "answered")) group = "stopped";
@@ -184,6 +200,7 @@ function showRun(id) {
         <div class="plot" id="plot"></div>
       </div>
       <div id="problem"></div>
+      <div class="callout note" id="process-note" hidden></div>
       <div class="callout approvals" id="approvals" hidden></div>
       <div class="callout answer" id="answer" hidden></div>
       <div class="timeline">
@@ -200,9 +217,10 @@ function showRun(id) {
   const asked = new Set(); // pages asked for (a page: positions PAGE * n to PAGE * (n + 1))
   let followId = null; // the server's follow of this run, which pages come from
   let summary = null, info = {}, cluster = null, openRow = null, chosen = {};
+  let process = null; // "running", "lost" (its run lock is free) or null: unknown
   let frame = 0;
 
-  const live = () => summary && summary.stopped === null;
+  const live = () => summary && summary.stopped === null && process !== "lost";
   const turnWindow = (turn) => {
     const w = turns.get(turn);
     if (!w) return null;
@@ -228,7 +246,8 @@ function showRun(id) {
     for (const values of list) {
       const row = {};
       for (let i = 0; i < columns.length; i++) row[columns[i]] = values[i];
-      row.seq = row.seqs.length ? row.seqs[0] : null;
+      // A call's # is its latest entry (its result once it has one), as Row.seq says.
+      row.seq = row.seqs.length ? row.seqs[row.kind === "call" ? row.seqs.length - 1 : 0] : null;
       rows[row.order] = row;
       if (row.turn !== null && row.turn !== undefined) {
         touchedTurns.add(row.turn);
@@ -274,7 +293,8 @@ function showRun(id) {
         const kind = row.kind === "model" ? "model " : "";
         bar = `<div class="lane"><div class="bar ${kind}${esc(row.status)}" style="left:${left.toFixed(2)}%;width:${Math.max(width, 0.6).toFixed(2)}%"></div></div>`;
       }
-      if (isFinite(end)) dur = (row.lost ? "≤ " : "") + duration(end - start);
+      // A lost call's end is its process's last save: it ran at least this long.
+      if (isFinite(end)) dur = (row.lost ? "≥ " : "") + duration(end - start);
     }
     const kindLabel = { message: row.title, model: "model", call: "tool", sent: "sent", compaction: "compaction", stop: "stop", note: row.title }[row.kind] || row.kind;
     const name = row.kind === "call" ? `<span class="k">tool</span>${esc(row.title)}` : row.kind === "model" ? `<span class="k">model</span>` : esc(kindLabel);
@@ -330,8 +350,17 @@ function showRun(id) {
 
   const showHead = () => {
     if (!summary) return;
-    const status = summary.stopped || "open";
-    document.getElementById("run-status").innerHTML = badge(status, status === "open" ? "running or lost" : undefined);
+    const status = summary.stopped || process || "open";
+    const labels = { open: "running or lost", waiting_for_resume: "answered: waits for a resume" };
+    document.getElementById("run-status").innerHTML = badge(status, labels[status]);
+    // Why nothing moves, and what makes it go on.
+    const note = document.getElementById("process-note");
+    const notes = {
+      lost: "No process runs it: the one that did ended without a last save (killed, or its machine stopped). Run it again to resume; calls it left running are closed as aborted.",
+      waiting_for_resume: `Every call it waited on has its answer; nothing runs until it is run again: alpineagents run FILE.yaml --id ${id} (its manifest), or agent.run on the loaded State.`,
+    };
+    note.hidden = !notes[status];
+    note.textContent = notes[status] || "";
     const u = summary.usage;
     const facts = [
       `<span><b>${summary.entries}</b> entries</span>`,
@@ -356,10 +385,13 @@ function showRun(id) {
     const awaiting = summary.awaiting || [];
     box.hidden = awaiting.length === 0;
     if (!awaiting.length) { box.innerHTML = ""; return; }
-    const disabled = about.approvals ? "" : " disabled";
-    const why = about.approvals
+    const answering = about.approvals && approvalToken;
+    const disabled = answering ? "" : " disabled";
+    const why = answering
       ? (awaiting.length > 1 ? "Answer each call; the answers are sent together." : "")
-      : "Read-only: start the viewer with --allow-approvals to answer.";
+      : about.approvals
+        ? "Open the address alpineagents ui printed (it ends in ?token=...) to answer."
+        : "Read-only: start the viewer with --allow-approvals to answer.";
     box.innerHTML = `<b>${awaiting.length} call${awaiting.length > 1 ? "s wait" : " waits"} for a person</b> <span class="hint">${esc(why)}</span>` +
       awaiting.map((call) => `
         <div class="approval" data-call="${esc(call.call_id)}">
@@ -379,7 +411,7 @@ function showRun(id) {
     for (const b of document.querySelectorAll("#approvals button")) b.disabled = true;
     try {
       const done = await getJSON(apiUrl(id, "approvals"), {
-        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ answers }),
+        method: "POST", headers: { "Content-Type": "application/json", "X-Approval-Token": approvalToken }, body: JSON.stringify({ answers }),
       });
       document.getElementById("approval-result").textContent = `Sent: recorded in ${done.recorded_in}. The run goes on when it is resumed.`;
     } catch (error) {
@@ -412,7 +444,7 @@ function showRun(id) {
     }
     if (update.about) { about = update.about; showAbout(); }
     place(update.columns, update.rows);
-    summary = update.summary; info = update.info || {}; cluster = update.cluster;
+    summary = update.summary; info = update.info || {}; cluster = update.cluster; process = update.process ?? null;
     if (Object.keys(chosen).some((c) => !summary.awaiting.some((a) => a.call_id === c))) chosen = {};
     showHead();
     if (update.reset) { spacer.style.height = `${total() * ROW}px`; viewport.scrollTop = viewport.scrollHeight; }
