@@ -801,3 +801,36 @@ def test_encryption_reaches_the_operator_and_the_pods(helm: Helm) -> None:
     plain = _operator_settings(helm.template({}))
     assert "encrypted" not in plain["ALPINEAGENTS_STORE"]
     assert plain["ALPINEAGENTS_ENCRYPTION_SECRET"] == ""
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_secret_of_the_installation_is_one_no_run_may_name(helm: Helm, case: str) -> None:
+    """The operator refuses an AgentRun naming a Secret in ALPINEAGENTS_PROTECTED_SECRETS
+    (tests/operator/test_refused_runs.py): each Secret the chart renders, and each one it
+    is given, must be in that list, or a run could load it (the MinIO root key above all)."""
+    namespaces = _namespaces()
+    values = CASES[case](namespaces)
+    objects = helm.template(values, namespace=namespaces[0])
+    protected = set(_operator_settings(objects)["ALPINEAGENTS_PROTECTED_SECRETS"].split(","))
+    rendered = {s["metadata"]["name"] for s in _kinds(objects).get("Secret", [])}
+    assert rendered <= protected, rendered - protected
+    given = {
+        values.get(part, {}).get("existingSecret")
+        for part in ("store", "minio", "anthropic", "encryption")
+    } - {None, ""}
+    assert given <= protected, given - protected
+    # The store Secret the operator reads its key from is one of them.
+    assert _operator_settings(objects)["ALPINEAGENTS_STORE_SECRET"] in protected | {""}
+
+
+def test_the_default_install_protects_its_minio_root_key(helm: Helm) -> None:
+    objects = helm.template({}, namespace="agents")
+    settings = _operator_settings(objects)
+    assert "test-alpineagents-minio" in settings["ALPINEAGENTS_PROTECTED_SECRETS"].split(",")
+    assert settings["ALPINEAGENTS_ALLOWED_STORES"] == ""
+    more = helm.template(
+        {"store": {"allowedStores": ["s3://archive/runs?endpoint=s3.example.com"]}},
+        namespace="agents",
+    )
+    allowed = _operator_settings(more)["ALPINEAGENTS_ALLOWED_STORES"]
+    assert allowed == "s3://archive/runs?endpoint=s3.example.com"

@@ -37,6 +37,12 @@ in each namespace where AgentRuns run.
                                        none); the store URL then carries
                                        ``encrypted=true`` (see alpineagents.store.encrypted)
 ``ALPINEAGENTS_ENCRYPTION_SECRET_KEY`` its key (default ``keys``)
+``ALPINEAGENTS_PROTECTED_SECRETS``     comma-separated Secrets no AgentRun may name
+                                       (env, envFrom, MCP headers): the chart lists
+                                       every Secret it creates or is given
+``ALPINEAGENTS_ALLOWED_STORES``        comma-separated store URLs a run's
+                                       ``spec.store`` may point under, beside
+                                       ``ALPINEAGENTS_STORE`` (see store_policy)
 =====================================  ==============================================
 """
 
@@ -92,6 +98,12 @@ class OperatorConfig:
     """Resources of run pods whose AgentRun has no ``spec.resources``."""
     encryption_secret: str = ""
     encryption_secret_key: str = "keys"
+    protected_secrets: tuple[str, ...] = ()
+    """Secrets no AgentRun may name (the chart's own: its MinIO root key, ...); the
+    store and encryption Secrets are refused too, see :mod:`.refusals`."""
+    allowed_stores: tuple[str, ...] = ()
+    """Store URLs beside :attr:`store` under which ``spec.store`` may point (the
+    operator's key goes nowhere else, see :mod:`.store_policy`)."""
 
     @property
     def per_run_credentials(self) -> bool:
@@ -182,4 +194,11 @@ class OperatorConfig:
             encryption_secret_key=text(
                 "ALPINEAGENTS_ENCRYPTION_SECRET_KEY", defaults.encryption_secret_key
             ),
+            protected_secrets=_names(text("ALPINEAGENTS_PROTECTED_SECRETS", "")),
+            allowed_stores=_names(text("ALPINEAGENTS_ALLOWED_STORES", "")),
         )
+
+
+def _names(listed: str) -> tuple[str, ...]:
+    """The items of a comma-separated setting, without blanks or repeats."""
+    return tuple(dict.fromkeys(item.strip() for item in listed.split(",") if item.strip()))

@@ -34,6 +34,7 @@ from .run_credentials import (
     mint_run_credentials,
     renew_at,
 )
+from .store_policy import StoreNotAllowed, store_refusal
 from .views import JSON, TERMINAL_PHASES, AgentRunView, PodView, pod_name_for
 
 _log = logging.getLogger(__name__)
@@ -141,11 +142,11 @@ class RunCredentialIssuer:
     async def _issue(self, run: AgentRunView) -> Exception | None:
         url = store_url(run, self.config)
         try:
+            access = self._access_for(url)  # first: it refuses a store out of bounds
             if url not in self._prepared and self._open_store is not None:
                 # The pod's credentials cannot create the bucket: the operator's key can.
                 await asyncio.to_thread(saved_state.prepare, self._open_store(url))
                 self._prepared.add(url)
-            access = self._access_for(url)
             credentials = await asyncio.to_thread(
                 mint_run_credentials, access, run.state_id, self.lifetime
             )
@@ -170,6 +171,10 @@ class RunCredentialIssuer:
     def _access_for(self, url: str) -> StsAccess:
         access = self._access.get(url)
         if access is None:
+            problem = store_refusal(url, self.config, self._env)
+            if problem is not None:
+                # Never mint with the broad key for a store the operator does not use.
+                raise StoreNotAllowed(problem)
             access = StsAccess.for_store(url, self._env, self.config.sts_role_arn)
             self._access[url] = access
         return access

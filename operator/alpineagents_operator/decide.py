@@ -193,6 +193,13 @@ def pod_refused(
     return start_blocked(run, attempt, "PodRefused", f"pod {name} was refused: {message}", now)
 
 
+def run_refused(run: AgentRunView, reason: str, message: str, now: datetime) -> Decision:
+    """The step for a run the operator refuses to act for (a forbidden Secret or store,
+    a spec no pod can take, see :mod:`.refusals`): Failed with ``reason``, one Warning
+    Event, no pod. Once Failed, no later step acts, so it never repeats."""
+    return _Step(run, (), None, now)._fail(reason, message, {})
+
+
 def start_blocked(
     run: AgentRunView,
     attempt: int,

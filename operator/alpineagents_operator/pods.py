@@ -143,38 +143,6 @@ def uses_run_credentials(run: AgentRunView, config: OperatorConfig) -> bool:
     return config.per_run_credentials and store_url(run, config).lower().startswith("s3://")
 
 
-def forbidden_secret_refs(run: AgentRunView, config: OperatorConfig) -> str | None:
-    """Why the run may not have a pod: its ``env``/``envFrom`` (or an MCP server's header
-    or env, ``spec.mcpServers``) names the store Secret.
-
-    With per-run credentials the store Secret holds the key to every run's history; the
-    operator references it for nobody, and refuses an AgentRun that asks for it.
-    """
-    if not (config.per_run_credentials and config.store_secret):
-        return None
-    spec = run.spec
-    named = (
-        [
-            ((item.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
-            for item in spec.get("env") or []
-            if isinstance(item, dict)
-        ]
-        + [
-            (item.get("secretRef") or {}).get("name")
-            for item in spec.get("envFrom") or []
-            if isinstance(item, dict)
-        ]
-        + [ref.secret for ref in mcp_secret_refs(spec)]
-    )
-    if config.store_secret in named:
-        return (
-            f"spec.env/envFrom/mcpServers refers to Secret {config.store_secret!r}, the store's "
-            f"broad key: run pods get credentials for their own run only. Remove the "
-            f"reference (the runner needs no store key of its own)"
-        )
-    return None
-
-
 def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSON:
     """The Pod for attempt ``attempt`` of ``run`` (name ``<run>-<attempt>``)."""
     spec = run.spec

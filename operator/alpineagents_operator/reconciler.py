@@ -28,15 +28,19 @@ from . import saved_state
 from .cluster import Cluster, PodRefused, failure_text
 from .config import OperatorConfig
 from .credential_issuer import RunCredentialIssuer
-from .decide import Decision, RunEvent, claim_refused, decide, pod_refused, start_blocked
-from .metrics import OperatorMetrics
-from .pods import (
-    forbidden_secret_refs,
-    pod_manifest,
-    spec_secret,
-    store_url,
-    uses_run_credentials,
+from .decide import (
+    Decision,
+    RunEvent,
+    claim_refused,
+    decide,
+    pod_refused,
+    run_refused,
+    start_blocked,
 )
+from .metrics import OperatorMetrics
+from .pods import pod_manifest, spec_secret, store_url, uses_run_credentials
+from .refusals import run_refusal
+from .store_policy import guarded_opener, store_refusal
 from .views import JSON, AgentRunView, PodView, SavedView, labels_pods
 
 _log = logging.getLogger(__name__)
@@ -82,7 +86,8 @@ class Reconciler:
         self.cluster = cluster
         self.metrics = metrics or OperatorMetrics()
         self._clock = clock
-        self._open_store = open_store
+        # Every store the operator opens passes the policy first: its key goes nowhere else.
+        self._open_store = guarded_opener(open_store, config)
         self._locks: dict[RunKey, asyncio.Lock] = {}
         self._queued: set[RunKey] = set()
         self._timers: dict[RunKey, tuple[float, asyncio.TimerHandle]] = {}
@@ -231,7 +236,13 @@ class Reconciler:
     async def delete_saved_state(self, body: JSON) -> None:
         """Delete the saved State of an AgentRun (``onDelete: Delete``)."""
         run = AgentRunView.from_body(body)
-        store = self._store(store_url(run, self.config))
+        url = store_url(run, self.config)
+        refused = store_refusal(url, self.config)
+        if refused is not None:
+            # The operator never wrote there: there is nothing of this run's to delete.
+            _log.warning("%s/%s: saved State not deleted: %s", run.namespace, run.name, refused)
+            return
+        store = self._store(url)
         await asyncio.to_thread(saved_state.delete_state, store, run.state_id)
         _log.info("%s/%s: deleted saved State %s", run.namespace, run.name, run.state_id)
 
@@ -252,6 +263,15 @@ class Reconciler:
             self._claim_failures.pop((namespace, name), None)
             return None, _Seen()
         run = AgentRunView.from_body(body)
+        refusal = run_refusal(run, self.config)
+        if refusal is not None:
+            # Before anything reads a store or a pod: a refused run costs one status patch.
+            _log.warning(
+                "%s/%s: refused (%s): %s", namespace, name, refusal.reason, refusal.message
+            )
+            decision = run_refused(run, refusal.reason, refusal.message, self._clock())
+            applied, answered = await self._apply(run, body, decision)
+            return applied, _Seen(body=answered)
         raw_pods = seen.pods
         if raw_pods is None:
             raw_pods = []
@@ -292,10 +312,6 @@ class Reconciler:
         for pod_name in decision.delete_pods:
             await asyncio.to_thread(self.cluster.delete_pod, run.namespace, pod_name)
         if decision.create_pod is not None:
-            forbidden = forbidden_secret_refs(run, self.config)
-            if forbidden is not None:
-                invalid = pod_refused(run, decision.create_pod, 422, forbidden, self._clock())
-                return await self._apply(run, body, invalid)
             if uses_run_credentials(run, self.config):
                 await self._make_bucket_exist(run)
             # Independent calls to the store and the API server, at once: after a pod's

@@ -231,7 +231,9 @@ class AgentRunView:
 
     @property
     def state_id(self) -> str:
-        return self.status.state_id or state_id_for(self.namespace, self.name, self.uid)
+        """The id of the run's State: derived from namespace, name and uid, never read
+        from ``status.stateId`` (whoever may patch the status could name any State)."""
+        return state_id_for(self.namespace, self.name, self.uid)
 
     @property
     def name_problem(self) -> str | None:

@@ -2,8 +2,8 @@
 
 Each is what a cluster user would meet: an AgentRun the API server refuses, one whose
 agent cannot be imported or whose resources are invalid, a model that never answers
-(the restart budget runs out), and a store that never answers (no credentials can be
-minted for the pod, so no pod is started).
+(the restart budget runs out), and a store elsewhere than the operator's (refused before
+the operator sends its key there, so no pod is started).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from tests.e2e.environment import (
     Environment,
     apply_run,
     run_pods,
-    status,
-    wait_for_run,
     wait_phase,
 )
 
@@ -78,24 +76,18 @@ def test_an_exhausted_restart_budget_ends_failed(e2e: Environment) -> None:
     assert "model unavailable" in failed["message"] and "maxRestarts=1" in failed["message"]
 
 
-def test_a_store_that_does_not_answer_keeps_the_run_pending_and_says_why(
+def test_a_store_elsewhere_fails_the_run_before_the_operator_contacts_it(
     e2e: Environment,
 ) -> None:
     name = run_name()
-    # Nothing listens on the operator pod's own loopback: no credentials can be minted.
+    # Another endpoint than the operator's store: its key must never be sent there.
     apply_run(
         e2e,
         name,
         "hi",
         store="s3://runs/x?endpoint=127.0.0.1:9&secure=false&timeout=1&retry_budget=1",
     )
-    run = wait_for_run(
-        e2e,
-        name,
-        lambda r: status(r).get("reason") == "CredentialsUnavailable",
-        "reason CredentialsUnavailable",
-    )
-    waiting = status(run)
-    assert waiting.get("phase") in (None, "Pending")
-    assert "did not answer" in waiting["message"]
+    failed = wait_phase(e2e, name, "Failed")
+    assert failed["reason"] == "StoreNotAllowed"
+    assert "endpoint http://127.0.0.1:9" in failed["message"]
     assert not run_pods(e2e, name)

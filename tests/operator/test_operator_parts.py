@@ -177,35 +177,6 @@ def test_a_file_store_needs_no_credentials_at_all() -> None:
     assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "work", "spec"]
 
 
-def test_an_agentrun_may_not_ask_for_the_store_secret() -> None:
-    from alpineagents_operator.pods import forbidden_secret_refs
-
-    by_env = agentrun(
-        env=[
-            {"name": "K", "valueFrom": {"secretKeyRef": {"name": "store-credentials", "key": "x"}}}
-        ]
-    )
-    by_env_from = agentrun(envFrom=[{"secretRef": {"name": "store-credentials"}}])
-    by_mcp_header = agentrun(
-        mcpServers=[
-            {
-                "name": "leaky",
-                "url": "http://mcp.example/mcp",
-                "headers": [
-                    {"name": "X-Key", "secretKeyRef": {"name": "store-credentials", "key": "x"}}
-                ],
-            }
-        ]
-    )
-    for run in (by_env, by_env_from, by_mcp_header):
-        problem = forbidden_secret_refs(run, CONFIG)
-        assert problem is not None and "'store-credentials'" in problem
-    assert forbidden_secret_refs(by_env, replace(CONFIG, run_credentials="shared")) is None
-    assert (
-        forbidden_secret_refs(agentrun(envFrom=[{"secretRef": {"name": "mine"}}]), CONFIG) is None
-    )
-
-
 def test_the_spec_travels_in_an_immutable_secret_owned_by_the_agentrun() -> None:
     run = agentrun(prompt="é" * 10, approvals=[{"callId": "c1", "allow": True}])
     secret = spec_secret(run, 2)

@@ -183,6 +183,27 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/*
+Every Secret of the installation, as a JSON list: those the chart creates (its MinIO's root
+key, the store's and the model's quick-start Secrets) and those it is given (existing store,
+MinIO, model and encryption Secrets). The operator refuses an AgentRun that names one
+(ALPINEAGENTS_PROTECTED_SECRETS): they hold keys run pods must only get from the operator.
+*/}}
+{{- define "alpineagents.protectedSecrets" -}}
+{{- $fullname := include "alpineagents.fullname" . -}}
+{{- $names := list -}}
+{{- $store := include "alpineagents.store.secret" . | fromJson -}}
+{{- if $store.name }}{{ $names = append $names $store.name }}{{ end -}}
+{{- if include "alpineagents.store.createsSecret" . }}{{ $names = append $names (printf "%s-store" $fullname) }}{{ end -}}
+{{- if include "alpineagents.minio.deployed" . -}}
+{{- $names = append $names (default (include "alpineagents.minio.fullname" .) .Values.minio.existingSecret) -}}
+{{- end -}}
+{{- if include "alpineagents.anthropic.createsSecret" . }}{{ $names = append $names (printf "%s-anthropic" $fullname) }}{{ end -}}
+{{- with .Values.anthropic.existingSecret }}{{ $names = append $names . }}{{ end -}}
+{{- with .Values.encryption.existingSecret }}{{ $names = append $names . }}{{ end -}}
+{{- $names | uniq | toJson -}}
+{{- end -}}
+
 {{/* ------------------------------------------------------------------ the model */}}
 
 {{/* Whether the chart creates the API-key Secret: a key was given, or the echo model needs a placeholder. */}}
