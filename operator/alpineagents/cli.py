@@ -18,10 +18,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .errors import StoreUnavailableError
+from .liveness import is_running
 from .pod_contract import ExitCode
 from .redaction import Redactor
 from .runner import LogFormat, ProgressLog, SpecError, open_run_store, run_agent_run
-from .runner.liveness import is_running
 from .runner.run import error_message
 from .state import Entry, State
 from .store.base import Record, Store

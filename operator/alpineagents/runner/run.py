@@ -22,6 +22,7 @@ from .. import builtin_tools
 from .. import model as _model
 from ..agent import Agent
 from ..errors import StateNotFoundError, StoreUnavailableError
+from ..liveness import RunningElsewhere, holding_run
 from ..messages import Message
 from ..pod_contract import (
     ENV_STATE_ID,
@@ -38,7 +39,6 @@ from ..store.base import Store
 from ..store.url import open_store, redact
 from ..toolsets import ToolsetUnavailable
 from .build import build_agent
-from .liveness import RunningElsewhere, holding_run
 from .progress import LoggedStore, ProgressLog
 from .spec import Approval, RunPlan, SpecError, parse_spec, read_manifest, spec_from_environment
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from alpineagents import State, StateInfo, Store, collection
-from alpineagents.runner.liveness import is_running
+from alpineagents.liveness import is_running
 from alpineagents.state import check_format
 
 from .cluster import Answer, Cluster, ClusterError, ClusterRun
@@ -57,7 +57,7 @@ class RunListing:
     process: str | None = None
     """For an open State: ``waiting_for_resume`` when a person answered the calls it
     stopped for, else ``running`` or ``lost`` when its run lock tells (see
-    :mod:`alpineagents.runner.liveness`), else None."""
+    :mod:`alpineagents.liveness`), else None."""
 
     def to_json(self) -> JSON:
         return {

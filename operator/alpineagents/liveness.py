@@ -18,8 +18,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..store.base import Store, encode_id
-from ..store.file import FileStore
+from .store.base import Store, encode_id
+from .store.file import FileStore
 
 __all__ = ["RunningElsewhere", "holding_run", "is_running"]
 
