@@ -754,14 +754,30 @@ def test_network_policy_follows_your_store_and_model(helm: Helm) -> None:
     spec = _run_pod_policies(helm.template(values, namespace=namespaces[0]))[namespaces[0]]
     _, _, store = spec["egress"]
     assert _egress_ports(store) == [(443, "TCP")]  # the port in store.url
-    assert store["to"] == [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}]
-    plain = {
+    # Public addresses only: never every address in the cluster on the store's port.
+    [public] = store["to"]
+    assert public["ipBlock"]["cidr"] == "0.0.0.0/0"
+    assert {"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"} <= set(
+        public["ipBlock"]["except"]
+    )
+    by_ip = {**values, "store": {**values["store"], "url": "s3://b-1/p?endpoint=10.1.2.3:9000"}}
+    spec = _run_pod_policies(helm.template(by_ip, namespace=namespaces[0]))[namespaces[0]]
+    assert spec["egress"][2]["to"] == [{"ipBlock": {"cidr": "10.1.2.3/32"}}]
+    # A store inside the cluster by name: the chart asks where it runs.
+    in_cluster = {
         **values,
         "store": {
             **values["store"],
-            "url": "s3://runs-bucket/p?endpoint=minio.storage:9000&secure=false",
+            "url": "s3://runs-bucket/p?endpoint=minio.storage.svc:9000&secure=false",
         },
+    }
+    values_file = helm.values_file(in_cluster)
+    refused = helm.run("template", "test", str(CHART), f"--values={values_file}", check=False)
+    assert refused.returncode != 0 and "set networkPolicy.storeTo" in refused.stderr
+    plain = {
+        **in_cluster,
         "networkPolicy": {
+            "storeTo": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "s3"}}}],
             "modelTo": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
             "extraEgress": [{"ports": [{"port": 8443, "protocol": "TCP"}]}],
         },

@@ -5,7 +5,9 @@ The pod is owned by its AgentRun (deleted with it), never restarted in place
 resumes from the store), and locked down: non-root, read-only root filesystem, no
 privilege escalation, no capabilities, the runtime's seccomp profile, and no
 service-account token. Writable space is two emptyDirs: ``/tmp`` and the working
-directory ``/work``.
+directory ``/work``, each with a ``sizeLimit`` (the container's disk limit). Its resources
+are the operator's defaults with the AgentRun's amounts over them (:func:`run_resources`):
+a run can change a limit, not remove it.
 
 The AgentRun's spec reaches the pod as a file: a Secret per attempt (:func:`spec_secret`,
 ``<pod>-spec``, owned by the AgentRun, unchanged once its pod exists) mounted read-only at
@@ -81,6 +83,8 @@ CREDENTIALS_MOUNT = "/var/run/secrets/alpineagents/store"
 CREDENTIALS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 """The keys of a run's credentials Secret, each a file under :data:`CREDENTIALS_MOUNT`."""
 _CREDENTIALS_VOLUME = "store-credentials"
+DEFAULT_DISK_LIMIT = "2Gi"
+"""Size limit of each writable emptyDir when the container has no ephemeral-storage limit."""
 
 
 def run_labels(run_name: str) -> dict[str, str]:
@@ -143,9 +147,28 @@ def uses_run_credentials(run: AgentRunView, config: OperatorConfig) -> bool:
     return config.per_run_credentials and store_url(run, config).lower().startswith("s3://")
 
 
+def run_resources(run: AgentRunView, config: OperatorConfig) -> JSON:
+    """The agent container's resources: the operator's defaults, with each amount the
+    AgentRun's ``spec.resources`` gives put over them. A run may raise or lower a limit,
+    never remove one: a runaway tool cannot take the node's memory or disk."""
+    merged: JSON = {
+        part: dict(amounts) if isinstance(amounts, dict) else amounts
+        for part, amounts in config.run_resources.items()
+    }
+    theirs = run.spec.get("resources")
+    for part, amounts in theirs.items() if isinstance(theirs, dict) else ():
+        mine = merged.get(part)
+        if isinstance(mine, dict) and isinstance(amounts, dict):
+            merged[part] = {**mine, **amounts}
+        else:
+            merged[part] = amounts
+    return merged
+
+
 def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSON:
     """The Pod for attempt ``attempt`` of ``run`` (name ``<run>-<attempt>``)."""
     spec = run.spec
+    resources = run_resources(run, config)
     labels = {**run_labels(run.name), ATTEMPT_LABEL: str(attempt)}
     container: JSON = {
         "name": CONTAINER_NAME,
@@ -172,8 +195,9 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
         ],
     }
     volumes: list[JSON] = [
-        {"name": "tmp", "emptyDir": {}},
-        {"name": "work", "emptyDir": {}},
+        # Bounded like the container's disk: a tool filling them is evicted, not the node.
+        {"name": "tmp", "emptyDir": {"sizeLimit": _disk_limit(resources)}},
+        {"name": "work", "emptyDir": {"sizeLimit": _disk_limit(resources)}},
         {
             "name": _SPEC_VOLUME,
             "secret": {
@@ -196,8 +220,7 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
         )
     if spec.get("envFrom"):
         container["envFrom"] = list(spec["envFrom"])
-    # Always limited: the AgentRun's own resources, else the operator's defaults.
-    container["resources"] = dict(spec.get("resources") or config.run_resources)
+    container["resources"] = resources
     pod_spec: JSON = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -231,6 +254,12 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
         },
         "spec": pod_spec,
     }
+
+
+def _disk_limit(resources: JSON) -> str:
+    limits = resources.get("limits")
+    amount = limits.get("ephemeral-storage") if isinstance(limits, dict) else None
+    return str(amount or DEFAULT_DISK_LIMIT)
 
 
 def _secret_env(name: str, secret: str, key: str) -> JSON:

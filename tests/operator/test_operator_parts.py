@@ -112,7 +112,7 @@ def test_the_pod_is_locked_down() -> None:
     assert mounts["/var/run/secrets/alpineagents/store"]["readOnly"] is True
     assert container["workingDir"] == "/work"
     volumes = {v["name"]: v for v in spec["volumes"]}
-    assert "emptyDir" in volumes["tmp"] and "emptyDir" in volumes["work"]
+    assert volumes["tmp"]["emptyDir"] == volumes["work"]["emptyDir"] == {"sizeLimit": "2Gi"}
     assert volumes["spec"]["secret"] == {"secretName": "triage-1-spec", "defaultMode": 0o440}
     assert volumes["store-credentials"]["secret"] == {
         "secretName": "triage-store-credentials",
@@ -210,7 +210,10 @@ def test_the_agentrun_shapes_its_pod() -> None:
     spec, container = pod["spec"], pod["spec"]["containers"][0]
     env = env_of(pod)
     assert container["image"] == "mine:2"
-    assert container["resources"] == {"limits": {"memory": "1Gi"}}
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi", "ephemeral-storage": "2Gi"},
+    }
     assert container["envFrom"] == [{"secretRef": {"name": "more"}}]
     assert env["ALPINEAGENTS_STORE"] == "file:///data/runs"
     assert env["ANTHROPIC_BASE_URL"] == "http://proxy"  # theirs wins
@@ -355,3 +358,18 @@ def test_with_encryption_the_pod_gets_the_keyring_by_reference() -> None:
     assert env_of(pod_manifest(run, 1, config))["ALPINEAGENTS_ENCRYPTION_KEYS"] == {
         "secretKeyRef": {"name": "keyring", "key": "keys"}
     }
+
+
+def test_an_agentrun_may_change_its_limits_but_never_remove_one() -> None:
+    # Leaving a limit out, or giving resources of its own, keeps the operator's others.
+    run = agentrun(resources={"limits": {"memory": "8Gi"}, "requests": {"cpu": "2"}})
+    pod = pod_manifest(run, 1, CONFIG)
+    container = pod["spec"]["containers"][0]
+    assert container["resources"] == {
+        "requests": {"cpu": "2", "memory": "256Mi"},
+        "limits": {"memory": "8Gi", "ephemeral-storage": "2Gi"},
+    }
+    # The writable folders are bounded by the disk limit too, whatever the run asks.
+    bigger = pod_manifest(agentrun(resources={"limits": {"ephemeral-storage": "5Gi"}}), 1, CONFIG)
+    volumes = {v["name"]: v for v in bigger["spec"]["volumes"]}
+    assert volumes["tmp"]["emptyDir"] == volumes["work"]["emptyDir"] == {"sizeLimit": "5Gi"}
