@@ -146,7 +146,10 @@ def show(args: argparse.Namespace) -> int:
         print(
             f"{args.id}: {info.get('entries', len(record.entries))} entries, "
             f"{info.get('stopped') or 'open'}, turns {info.get('turns', 0)}, "
-            f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}"
+            f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}, "
+            f"cache read {usage.get('cache_read_input_tokens', 0)} / written "
+            f"{usage.get('cache_creation_input_tokens', 0)}, "
+            f"about ${float(info.get('cost_usd') or 0.0):.4f}"
         )
     for entry in _entries(store, args.id, record):
         log.entry(args.id, entry)

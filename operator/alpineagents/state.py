@@ -476,6 +476,11 @@ class State:
                 self._calls = {}
         elif kind == "compaction":
             summary = Message.user(f"Summary of the earlier conversation:\n{data['summary']}")
+            # The summary's own request counts, like a reply's (older entries have none).
+            for key, value in data.get("usage", {}).items():
+                if key in self.usage:
+                    self.usage[key] += int(value)
+            self.cost_usd += float(data.get("cost_usd", 0.0))
             replaced = int(data["replaced"])
             self.messages[:replaced] = [summary]
             self._uncleared = max(1, self._uncleared - replaced + 1)

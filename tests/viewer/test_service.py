@@ -241,10 +241,14 @@ async def test_a_long_run_opens_on_its_last_rows_and_gives_the_others_a_page_at_
     assert service.FIRST_ROWS <= len(first.rows) < service.FIRST_ROWS + 3  # whole turns
     assert first.rows[-1].kind == "stop" and first.summary["answer"].endswith("files checked.")
     plot = first.summary["usage_over_time"]
-    assert len(plot) <= 240 and plot[0][1:] == (0, 0)
+    assert len(plot) <= 240 and plot[0][1:] == (0, 0, 0)
+    usage = whole.summary.usage
     assert plot[-1][1:] == (
-        whole.summary.usage["input_tokens"],
-        whole.summary.usage["output_tokens"],
+        usage["input_tokens"]
+        + usage["cache_creation_input_tokens"]
+        + usage["cache_read_input_tokens"],
+        usage["output_tokens"],
+        usage["cache_read_input_tokens"],
     )
     # Other rows come a page at a time, widened so no turn is cut.
     page = viewer.page("long", first.follow_id, 701, 899)

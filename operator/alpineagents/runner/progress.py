@@ -36,6 +36,7 @@ _EVENTS = {
     "approval_request": "approval",
     "started": "tool",
     "compaction": "compact",
+    "cleared": "compact",
     "stop": "stop",
 }
 

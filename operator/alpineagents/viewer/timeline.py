@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from alpineagents import Message
 from alpineagents.state import MODEL_STOPPED, UNKNOWN_RESULT
+from alpineagents.usage import USAGE_KEYS, prompt_tokens
 
 RowKind = Literal["message", "model", "call", "sent", "compaction", "stop", "attempt", "note"]
 TEXT_LIMIT = 300  # characters of a row's one-line text; the whole entry opens on demand
@@ -156,7 +157,8 @@ class Summary:
 
     entries: int = 0
     turns: int = 0
-    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0})
+    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_KEYS, 0))
+    cost_usd: float = 0.0
     stopped: str | None = None
     """The last ``stop`` entry's reason while nothing came after it, else None (open);
     :data:`WAITING_FOR_RESUME` once a person answered every call it waited on."""
@@ -167,15 +169,16 @@ class Summary:
     updated_at: str | None = None
     rows: int = 0
     """How many rows the timeline has (the page asks for the ones it shows)."""
-    usage_over_time: list[tuple[int, int, int]] = field(default_factory=list)
-    """``(epoch ms, input tokens so far, output tokens so far)``: at the first model
-    request, then at each reply."""
+    usage_over_time: list[tuple[int, int, int, int]] = field(default_factory=list)
+    """``(epoch ms, input tokens so far (cached or not), output tokens so far, input tokens
+    read from the cache so far)``: at the first model request, then at each reply."""
 
     def to_json(self) -> JSON:
         return {
             "entries": self.entries,
             "turns": self.turns,
             "usage": dict(self.usage),
+            "cost_usd": round(self.cost_usd, 6),
             "stopped": self.stopped,
             "attempts": self.attempts,
             "aborted_calls": self.aborted_calls,
@@ -351,7 +354,7 @@ class Timeline:
             return [sent]
         if kind == "model_request":
             if not self.summary.usage_over_time:
-                self.summary.usage_over_time.append((_millis(time) or 0, 0, 0))
+                self.summary.usage_over_time.append((_millis(time) or 0, 0, 0, 0))
             model = str(data.get("model") or "model")
             self._model = self._row(
                 "model", f"m{seq}", seq, title=model, text=f"asking {model}", status="running"
@@ -382,13 +385,18 @@ class Timeline:
             return [call]
         if kind == "tool_result":
             return self._result(seq, text, data, time)
-        if kind == "compaction":
+        if kind in ("compaction", "cleared"):
+            spent = data.get("usage") or {}
+            for key in USAGE_KEYS:
+                self.summary.usage[key] += int(spent.get(key, 0))
+            # Both make the requests smaller: a summary of older turns, or older results
+            # replaced by a placeholder (the history below keeps them whole).
             return [
                 self._row(
                     "compaction",
                     f"e{seq}",
                     seq,
-                    title="compaction",
+                    title="compaction" if kind == "compaction" else "cleared",
                     text=_one_line(text),
                     start=time,
                 )
@@ -417,13 +425,20 @@ class Timeline:
         message = _message(data)
         calls = message.tool_uses if message else []
         usage = data.get("usage") or {}
-        row.tokens = {key: int(usage.get(key, 0)) for key in ("input_tokens", "output_tokens")}
+        row.tokens = {key: int(usage.get(key, 0)) for key in USAGE_KEYS}
         usage_so_far = self.summary.usage
         for key, value in row.tokens.items():
             usage_so_far[key] += value
+        cost = data.get("cost_usd")
+        self.summary.cost_usd += float(cost) if isinstance(cost, int | float) else 0.0
         if time:
             self.summary.usage_over_time.append(
-                (_millis(time) or 0, usage_so_far["input_tokens"], usage_so_far["output_tokens"])
+                (
+                    _millis(time) or 0,
+                    prompt_tokens(usage_so_far),
+                    usage_so_far["output_tokens"],
+                    usage_so_far["cache_read_input_tokens"],
+                )
             )
         self.summary.turns += 1
         reply_text = message.text if message else text
@@ -630,7 +645,7 @@ def _millis(time: str | None) -> int | None:
     return round(moment.timestamp() * 1000)
 
 
-def _thinned(points: list[tuple[int, int, int]], most: int) -> list[tuple[int, int, int]]:
+def _thinned(points: list[tuple[int, int, int, int]], most: int) -> list[tuple[int, int, int, int]]:
     """At most ``most`` of ``points``, evenly spread, the last always kept."""
     if len(points) <= most:
         return list(points)

@@ -365,7 +365,8 @@ function showRun(id) {
     const facts = [
       `<span><b>${summary.entries}</b> entries</span>`,
       `<span><b>${summary.turns}</b> turns</span>`,
-      `<span>tokens <b>${tokens(u.input_tokens)}</b> in / <b>${tokens(u.output_tokens)}</b> out</span>`,
+      `<span>tokens <b>${tokens(u.input_tokens + (u.cache_creation_input_tokens || 0) + (u.cache_read_input_tokens || 0))}</b> in (<b>${tokens(u.cache_read_input_tokens || 0)}</b> from cache, ${tokens(u.cache_creation_input_tokens || 0)} written) / <b>${tokens(u.output_tokens)}</b> out</span>`,
+      ...(summary.cost_usd ? [`<span>about <b>$${summary.cost_usd.toFixed(summary.cost_usd < 1 ? 4 : 2)}</b></span>`] : []),
       `<span><b>${summary.attempts}</b> attempt${summary.attempts > 1 ? "s" : ""}</span>`,
     ];
     if (summary.aborted_calls) facts.push(`<span><b>${summary.aborted_calls}</b> aborted call${summary.aborted_calls > 1 ? "s" : ""}</span>`);
@@ -426,13 +427,13 @@ function showRun(id) {
     const kept = summary.usage_over_time || [];
     const plot = document.getElementById("plot");
     if (kept.length < 2) { plot.innerHTML = ""; return; }
-    const [, inSum, outSum] = kept[kept.length - 1];
+    const [, inSum, outSum, cachedSum = 0] = kept[kept.length - 1];
     const t0 = kept[0][0], t1 = Math.max(kept[kept.length - 1][0], t0 + 1);
     const top = Math.max(inSum, outSum, 1);
     const W = 240, H = 54;
-    const line = (k) => kept.map(([t, a, b], i) => `${i ? "L" : "M"}${(((t - t0) / (t1 - t0)) * (W - 6) + 3).toFixed(1)},${(H - 3 - ((k ? b : a) / top) * (H - 8)).toFixed(1)}`).join("");
-    plot.innerHTML = `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="token use over time"><path class="in" d="${line(0)}" fill="none" stroke-width="1.6"/><path class="out" d="${line(1)}" fill="none" stroke-width="1.6"/></svg>
-      <div class="legend"><span><span class="sw" style="background:var(--accent)"></span>in ${tokens(inSum)}</span><span><span class="sw" style="background:#d2691e"></span>out ${tokens(outSum)}</span><span>over ${duration(t1 - t0) || "one reply"}</span></div>`;
+    const line = (k) => kept.map((point, i) => `${i ? "L" : "M"}${(((point[0] - t0) / (t1 - t0)) * (W - 6) + 3).toFixed(1)},${(H - 3 - ((point[k + 1] || 0) / top) * (H - 8)).toFixed(1)}`).join("");
+    plot.innerHTML = `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="token use over time"><path class="in" d="${line(0)}" fill="none" stroke-width="1.6"/><path class="cached" d="${line(2)}" fill="none" stroke-width="1.2" stroke-dasharray="3 2"/><path class="out" d="${line(1)}" fill="none" stroke-width="1.6"/></svg>
+      <div class="legend"><span><span class="sw" style="background:var(--accent)"></span>in ${tokens(inSum)}</span><span><span class="sw" style="background:#6a9955"></span>from cache ${tokens(cachedSum)}</span><span><span class="sw" style="background:#d2691e"></span>out ${tokens(outSum)}</span><span>over ${duration(t1 - t0) || "one reply"}</span></div>`;
   };
 
   const apply = (update) => {
