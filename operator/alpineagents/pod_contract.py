@@ -61,6 +61,9 @@ ENV_ENCRYPTION_KEYS = "ALPINEAGENTS_ENCRYPTION_KEYS"
 ENV_SECRET_NAMES = "ALPINEAGENTS_SECRET_ENV"
 """Comma-separated names of the pod's variables that come from Secrets: the runner keeps
 their values out of its logs, the saved history and the termination message."""
+ENV_PRICES = "ALPINEAGENTS_PRICES"
+"""A price table as JSON, ``{"model id prefix": {"input": USD, "output": USD}}`` per
+million tokens (the chart's ``runs.prices``): it overrides the runtime's own."""
 ENV_PREFIX = "ALPINEAGENTS_"
 """The operator's variables: an AgentRun's ``spec.env`` cannot override these."""
 ENV_MCP_PREFIX = "ALPINEAGENTS_MCP_"

@@ -95,6 +95,8 @@ class OperatorConfig:
     run_credentials_seconds: int = 3600
     sts_role_arn: str = ""
     run_resources: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_RUN_RESOURCES))
+    prices: str = ""
+    """The chart's ``runs.prices`` as JSON (ALPINEAGENTS_PRICES), passed to every run pod."""
     """Resources of run pods whose AgentRun has no ``spec.resources``."""
     encryption_secret: str = ""
     encryption_secret_key: str = "keys"
@@ -190,6 +192,7 @@ class OperatorConfig:
             run_credentials_seconds=int(lifetime),
             sts_role_arn=text("ALPINEAGENTS_STS_ROLE_ARN", defaults.sts_role_arn),
             run_resources=resources,
+            prices=_prices(text("ALPINEAGENTS_PRICES", "")),
             encryption_secret=text("ALPINEAGENTS_ENCRYPTION_SECRET", defaults.encryption_secret),
             encryption_secret_key=text(
                 "ALPINEAGENTS_ENCRYPTION_SECRET_KEY", defaults.encryption_secret_key
@@ -202,3 +205,22 @@ class OperatorConfig:
 def _names(listed: str) -> tuple[str, ...]:
     """The items of a comma-separated setting, without blanks or repeats."""
     return tuple(dict.fromkeys(item.strip() for item in listed.split(",") if item.strip()))
+
+
+def _prices(raw: str) -> str:
+    """The price table as JSON, checked here so a bad one stops the operator, not each run."""
+    if not raw or raw in ("{}", "null"):
+        return ""
+    try:
+        table = json.loads(raw)
+    except ValueError:
+        table = None
+    if not isinstance(table, dict) or not all(
+        isinstance(p, dict) and all(isinstance(p.get(k), int | float) for k in ("input", "output"))
+        for p in table.values()
+    ):
+        raise ValueError(
+            'ALPINEAGENTS_PRICES must be a JSON object like {"claude-sonnet": {"input": 3, '
+            f'"output": 15}} (USD per million tokens), got {raw!r}'
+        )
+    return raw

@@ -47,6 +47,7 @@ from alpineagents.pod_contract import (
     ENV_ATTEMPT,
     ENV_ENCRYPTION_KEYS,
     ENV_PREFIX,
+    ENV_PRICES,
     ENV_SECRET_NAMES,
     ENV_SPEC_FILE,
     ENV_STATE_ID,
@@ -281,6 +282,8 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         )
     if config.anthropic_base_url:
         ours.append({"name": "ANTHROPIC_BASE_URL", "value": config.anthropic_base_url})
+    if config.prices:
+        ours.append({"name": ENV_PRICES, "value": config.prices})
     if config.encryption_secret:
         ours.append(
             _secret_env(ENV_ENCRYPTION_KEYS, config.encryption_secret, config.encryption_secret_key)

@@ -66,6 +66,15 @@ def secrets_named(pod: dict[str, object]) -> set[str]:
 
 
 # ------------------------------------------------------------------------------ the pod
+def test_the_charts_prices_reach_every_run_pod() -> None:
+    table = '{"claude-sonnet": {"input": 2, "output": 10}}'
+    priced = replace(CONFIG, prices=table)
+    env = pod_manifest(agentrun(), 1, priced)["spec"]["containers"][0]["env"]
+    assert {"name": "ALPINEAGENTS_PRICES", "value": table} in env
+    plain = pod_manifest(agentrun(), 1, CONFIG)["spec"]["containers"][0]["env"]
+    assert all(e["name"] != "ALPINEAGENTS_PRICES" for e in plain)
+
+
 def test_the_pod_is_owned_labelled_and_named_by_attempt() -> None:
     pod = pod_manifest(agentrun(), 3, CONFIG)
     meta = pod["metadata"]
@@ -329,6 +338,13 @@ def test_config_from_the_environment() -> None:
         OperatorConfig.from_env({"ALPINEAGENTS_RUN_RESOURCES": '{"memory": "2Gi"}'})
     with pytest.raises(ValueError, match="900 to 43200"):
         OperatorConfig.from_env({"ALPINEAGENTS_RUN_CREDENTIALS_SECONDS": "60"})
+    priced = OperatorConfig.from_env(
+        {"ALPINEAGENTS_PRICES": '{"claude-sonnet": {"input": 2, "output": 10}}'}
+    )
+    assert priced.prices == '{"claude-sonnet": {"input": 2, "output": 10}}'
+    assert OperatorConfig.from_env({"ALPINEAGENTS_PRICES": "{}"}).prices == ""
+    with pytest.raises(ValueError, match="ALPINEAGENTS_PRICES must be a JSON object"):
+        OperatorConfig.from_env({"ALPINEAGENTS_PRICES": '{"claude-sonnet": 3}'})
 
 
 def test_runs_by_phase_follow_each_run() -> None:

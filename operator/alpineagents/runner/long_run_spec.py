@@ -12,13 +12,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..context import Compaction
+from ..pod_contract import ENV_PRICES
 from ..usage import Budget, CacheTTL, Price
 
 __all__ = ["ENV_PRICES", "FIELDS", "LongRunPlan", "parse_long_run", "prices_from"]
 
-ENV_PRICES = "ALPINEAGENTS_PRICES"
-"""A price table as JSON, ``{"model id prefix": {"input": USD, "output": USD}}`` per
-million tokens (the chart's ``prices``): it overrides the built-in one."""
 FIELDS = ("promptCache", "contextWindow", "compaction", "budget")
 
 _T = TypeVar("_T")
