@@ -381,6 +381,12 @@ class Agent:
             request = with_cache_breakpoints(request, self.prompt_cache)
         reply = await _model.ask(self._model_client(), request, self.retry)
         summary = Message.assistant(reply.get("content", [])).text.strip()
+        if not summary and "tools" in request:
+            # It called a tool instead: ask once more with tools off (this request alone
+            # misses the cache, as a changed tool_choice does).
+            request = {**request, "tool_choice": {"type": "none"}}
+            reply = await _model.ask(self._model_client(), request, self.retry)
+            summary = Message.assistant(reply.get("content", [])).text.strip()
         if not summary:
             raise RuntimeError(
                 "the model wrote no summary for the compaction: nothing was replaced"

@@ -41,9 +41,7 @@ def test_fields_reach_the_agent() -> None:
 
 
 def test_off_switches() -> None:
-    agent = build_agent(
-        plan(promptCache={"ttl": False}, compaction={"enabled": False}), environ={}
-    )
+    agent = build_agent(plan(promptCache={"ttl": False}, compaction={"enabled": False}), environ={})
     assert agent.prompt_cache is None and agent.compaction is None
 
 

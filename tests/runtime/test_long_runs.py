@@ -7,7 +7,12 @@ scripted Messages API (``model_server``), saving to a real FileStore.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +21,12 @@ import pytest
 from alpineagents import Agent, FileStore, Message, State, tool
 from alpineagents.context import Compaction, UnknownModelWarning
 from alpineagents.state import cleared_text
-from alpineagents.testing import ModelServer, error, reply, tool_use
+from alpineagents.testing import ModelServer, error, hold, reply, tool_use
+from alpineagents.testing.script import Turn
 from alpineagents.usage import Budget, cost_usd
 
 MODEL = "claude-sonnet-5"
+WAIT = 120.0  # seconds an awaited event may take on a loaded machine: a safety net, not a measure
 
 
 @pytest.fixture(autouse=True)
@@ -205,6 +212,27 @@ class TestContextWindow:
         assert last[1]["content"][0]["id"] == "toolu_2"  # the last turn is kept whole
         assert store.load("summarizes") == state
 
+    def test_a_summary_answered_with_a_tool_call_is_asked_again_without_tools(
+        self, store: FileStore, model_server: ModelServer
+    ) -> None:
+        model_server.add(
+            *pages(0, 3),
+            reply(tool_use("fetch", {"page": 9})),  # not a summary
+            reply("Summary: pages 0 to 2."),
+            reply("Done."),
+        )
+        run = agent(
+            store,
+            max_tokens=256,
+            context_window=2048,
+            compaction=Compaction(trigger=0.8, target=0.5, keep_turns=1, clear_results=False),
+        )
+        state = State("retried", [Message.user("Fetch three pages")])
+        assert run.run(state) == "Done."
+        again = model_server.requests[-2].body
+        assert again["tool_choice"] == {"type": "none"}
+        assert state.messages[0].text.endswith("Summary: pages 0 to 2.")
+
     def test_an_unknown_model_gets_a_warning_and_a_small_window(
         self, store: FileStore, model_server: ModelServer
     ) -> None:
@@ -267,3 +295,70 @@ def test_no_warning_for_known_models(store: FileStore, model_server: ModelServer
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnknownModelWarning)
         agent(store).run(State("known", [Message.user("Hi")]))
+
+
+class LongRunModel:
+    """The model of a long run: a page a turn until ``turns`` pages, then "Done."; a
+    summary when asked for one, the first of them held until the test kills its client."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+        self.pages = 0
+        self.summaries = 0
+        self.held = threading.Event()
+
+    def __call__(self, body: Mapping[str, Any]) -> Turn:
+        if "Summarize the conversation" in json.dumps(body["messages"][-1]):
+            self.summaries += 1
+            summary = reply(f"Summary: pages 0 to {self.pages - 1} fetched.")
+            if self.summaries == 1:
+                self.held.set()
+                return hold(summary)
+            return summary
+        if self.pages >= self.turns:
+            return reply("Done.")
+        self.pages += 1
+        return reply(tool_use("fetch", {"page": self.pages - 1}))
+
+
+def test_a_long_run_killed_in_the_middle_of_a_compaction_resumes_and_answers(
+    tmp_path: Path,
+) -> None:
+    # Suite scale: 300 turns of 2 KB results in an 8,000-token window clear older results
+    # and summarize older turns several times (benchmarks/long_runs.py runs 2,000 turns in
+    # 200,000). The first summary request is held; the run's process is killed meanwhile.
+    turns, window = 300, 8_000
+    model = LongRunModel(turns)
+    folder = tmp_path / "runs"
+    with ModelServer(respond=model) as server:
+        env = {**os.environ, **server.env}
+        command = [
+            sys.executable,
+            "-m",
+            "tests.agents.long_run_child",
+            str(folder),
+            "long",
+            str(window),
+        ]
+        child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+        try:
+            assert model.held.wait(WAIT), "the run never asked for a summary"
+            child.kill()
+        finally:
+            child.wait()
+        killed = FileStore(folder).load("long")
+        resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert resumed.stdout.strip() == "Done."
+        bill = server.bill
+    state = FileStore(folder).load("long")
+    kinds = [e.kind for e in state.history]
+    # The summary of the killed process was never saved; the resumed one made its own.
+    assert "compaction" not in [e.kind for e in killed.history]
+    assert kinds.count("compaction") >= 2 and kinds.count("cleared") >= 2
+    assert model.summaries == kinds.count("compaction") + 1
+    # Every page was fetched once: no call ran twice, none was lost.
+    results = [e.data["content"] for e in state.history if e.kind == "tool_result"]
+    assert sorted(int(r.split(":")[0].split()[1]) for r in results) == list(range(turns))
+    assert state.answer == "Done." and state.stopped == "answered"
+    assert bill.largest_prompt < window
