@@ -68,7 +68,8 @@ def _run_plan(connection: Connection, store_url: str, plan: RunPlan, markers: Pa
             tell(("sent", note))
         return f"{job} done"
 
-    agent = Agent(model=MODEL, store=store, tools=[work], max_tokens=1024)
+    # The smallest window: the runs clear results and summarize turns while they are killed.
+    agent = Agent(model=MODEL, store=store, tools=[work], max_tokens=256, context_window=1024)
     try:
         state = store.load(plan.state_id)
     except LookupError:

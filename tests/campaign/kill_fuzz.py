@@ -61,6 +61,7 @@ class Totals:
     tool_starts: int = 0
     sends_checked: int = 0
     model_requests_checked: int = 0
+    compactions: int = 0  # cleared and compaction entries in the runs that answered
     held: Counter[str] = field(default_factory=Counter)
     horizon: float = 0.0
 
@@ -74,7 +75,8 @@ class Totals:
             f"({self.ctrl_c_in_run} in agent.run), {self.children} children, "
             f"{self.runs_answered} runs answered, {self.calls_aborted} calls aborted, "
             f"{self.requests_aborted} model requests taken back, {self.tool_starts} tool "
-            f"starts, {self.model_requests_checked} model requests checked, seed {self.seed}"
+            f"starts, {self.model_requests_checked} model requests checked, "
+            f"{self.compactions} compactions, seed {self.seed}"
         )
 
 
@@ -324,6 +326,7 @@ class KillFuzz:
         """A run that answered every round: each call has exactly one result."""
         state = self.open_store().load(plan.state_id)
         where = f"{self.kind} State {plan.state_id!r} (seed {self.totals.seed})"
+        self.totals.compactions += sum(e.kind in ("cleared", "compaction") for e in state.history)
         jobs = _jobs_by_call(state)
         results = Counter(e.data["call_id"] for e in state.history if e.kind == "tool_result")
         self._hold(

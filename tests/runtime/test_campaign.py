@@ -81,6 +81,7 @@ def test_kill_fuzzing_over_a_filestore(
         print(f"\nkill fuzzing: {totals.line()}")
     reliability_report.kill_fuzz.append(totals)
     assert totals.sigkills >= SIGKILLS and totals.ctrl_cs >= CTRL_CS
+    assert totals.compactions > 0  # caching and compaction were on, and compacted
 
 
 def test_kill_fuzzing_over_minio(
@@ -119,6 +120,7 @@ def test_kill_fuzzing_over_minio(
         print(f"\nkill fuzzing: {totals.line()}")
     reliability_report.kill_fuzz.append(totals)
     assert totals.sigkills >= S3_SIGKILLS and totals.ctrl_cs >= S3_CTRL_CS
+    assert totals.compactions > 0
 
 
 # ------------------------------------------------------------------ disk full
