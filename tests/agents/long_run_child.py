@@ -1,6 +1,6 @@
-"""A long agent run on a FileStore, killed and resumed by its parent (long-run tests).
+"""A long agent run on a store (a URL: file:// or s3://), killed and resumed by its parent (long-run tests).
 
-Usage: python -m tests.agents.long_run_child FOLDER STATE_ID WINDOW
+Usage: python -m tests.agents.long_run_child STORE_URL STATE_ID WINDOW
 Each turn the model asks for a page of about 2 KB; the run's window is WINDOW tokens, so
 it clears older results and summarizes older turns many times over. It loads the State
 when one is saved (a resume) and prints the answer.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import sys
 
-from alpineagents import Agent, FileStore, Message, State, tool
+from alpineagents import Agent, Message, State, open_store, tool
 
-folder, state_id, window = sys.argv[1], sys.argv[2], int(sys.argv[3])
+url, state_id, window = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 
 @tool
@@ -25,7 +25,7 @@ def fetch(page: int) -> str:
     return f"page {page}: " + "lorem ipsum dolor sit amet " * 75
 
 
-store = FileStore(folder)
+store = open_store(url)
 agent = Agent("claude-sonnet-5", store, tools=[fetch], max_tokens=512, context_window=window)
 try:
     state = store.load(state_id)

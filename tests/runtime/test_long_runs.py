@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from alpineagents import Agent, FileStore, Message, State, tool
+from alpineagents import Agent, FileStore, Message, State, open_store, tool
 from alpineagents.context import Compaction, UnknownModelWarning
 from alpineagents.state import cleared_text
 from alpineagents.testing import ModelServer, error, hold, reply, tool_use
@@ -321,37 +321,38 @@ class LongRunModel:
         return reply(tool_use("fetch", {"page": self.pages - 1}))
 
 
+@pytest.mark.parametrize("kind", ["file", "minio"])
 def test_a_long_run_killed_in_the_middle_of_a_compaction_resumes_and_answers(
-    tmp_path: Path,
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Suite scale: 300 turns of 2 KB results in an 8,000-token window clear older results
     # and summarize older turns several times (benchmarks/long_runs.py runs 2,000 turns in
     # 200,000). The first summary request is held; the run's process is killed meanwhile.
     turns, window = 300, 8_000
     model = LongRunModel(turns)
-    folder = tmp_path / "runs"
+    if kind == "file":
+        url = (tmp_path / "runs").as_uri()
+    else:
+        minio, bucket = request.getfixturevalue("minio"), request.getfixturevalue("minio_bucket")
+        url = f"s3://{bucket}/runs?endpoint={minio.endpoint}&secure=false"
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", minio.access_key)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", minio.secret_key)
     with ModelServer(respond=model) as server:
         env = {**os.environ, **server.env}
-        command = [
-            sys.executable,
-            "-m",
-            "tests.agents.long_run_child",
-            str(folder),
-            "long",
-            str(window),
-        ]
+        command = [sys.executable, "-m", "tests.agents.long_run_child", url, "long", str(window)]
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
         try:
             assert model.held.wait(WAIT), "the run never asked for a summary"
             child.kill()
         finally:
             child.wait()
-        killed = FileStore(folder).load("long")
+        store = open_store(url)
+        killed = store.load("long")
         resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         assert resumed.stdout.strip() == "Done."
         bill = server.bill
-    state = FileStore(folder).load("long")
+    state = store.load("long")
     kinds = [e.kind for e in state.history]
     # The summary of the killed process was never saved; the resumed one made its own.
     assert "compaction" not in [e.kind for e in killed.history]
