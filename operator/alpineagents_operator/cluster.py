@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .decide import RunEvent
-from .views import GROUP, JSON, KIND, PLURAL, RUN_LABEL, VERSION
+from .views import GROUP, JSON, KIND, PLURAL, RUN_LABEL, VERSION, RunEvent
 
 _log = logging.getLogger(__name__)
 _MERGE_PATCH = "application/merge-patch+json"

@@ -24,7 +24,6 @@ from alpineagents.errors import StoreError
 from . import saved_state
 from .cluster import Cluster, SecretConflict
 from .config import OperatorConfig
-from .decide import RunEvent
 from .pods import store_url, uses_run_credentials
 from .run_credentials import (
     CredentialsRefused,
@@ -35,7 +34,7 @@ from .run_credentials import (
     renew_at,
 )
 from .store_policy import StoreNotAllowed, store_refusal
-from .views import JSON, TERMINAL_PHASES, AgentRunView, PodView, pod_name_for
+from .views import JSON, TERMINAL_PHASES, AgentRunView, PodView, RunEvent, pod_name_for
 
 _log = logging.getLogger(__name__)
 RETRY_SECONDS = 30.0

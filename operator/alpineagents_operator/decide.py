@@ -82,8 +82,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from alpineagents.pod_contract import ExitCode
-
+from .pod_outcomes import outcome_of
+from .run_status import answer_text, cost_text, status_patch, usage_status
 from .views import (
     JSON,
     TERMINAL_PHASES,
@@ -91,13 +91,13 @@ from .views import (
     PendingApproval,
     Phase,
     PodView,
+    Refusal,
+    RunEvent,
     SavedView,
     format_time,
     pod_name_for,
 )
 
-ANSWER_LIMIT = 1000
-"""Characters of the answer kept in ``status.answer`` (the full answer is in the store)."""
 STUCK_TERMINATING_SLACK = timedelta(seconds=30)
 """How long past its deletion deadline a pod may stay before its node counts as lost."""
 STORE_RETRY_SECONDS = 10.0
@@ -117,16 +117,6 @@ _WAITING_ERRORS = frozenset(
         "RunContainerError",
     }
 )
-
-
-@dataclass(frozen=True)
-class RunEvent:
-    """A Kubernetes Event to post on the AgentRun."""
-
-    type: str
-    """"Normal" or "Warning"."""
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -174,61 +164,43 @@ def decide(
     return _Step(run, pods, saved, now).decide()
 
 
-def pod_refused(
-    run: AgentRunView, attempt: int, status: int, message: str, now: datetime
-) -> Decision:
-    """The step after the API server refused to create pod ``attempt``.
+def refused(run: AgentRunView, attempt: int, refusal: Refusal, now: datetime) -> Decision:
+    """The step for a run whose pod ``attempt`` is not started, for ``refusal``'s reason.
 
-    An invalid pod (HTTP 400/413/422: a malformed ``resources``, ``env``, ``affinity``, a
-    spec too large for its Secret, ...) will never be accepted: the run ends Failed with
-    the server's words. Anything else
-    (403 from a quota, 5xx) may pass later: the run stays Pending, says why, and the
-    step is tried again.
+    A final refusal (a forbidden Secret or store, a spec no pod can take, a pod the API
+    server calls invalid) ends the run Failed with one Warning Event; once Failed, no
+    later step acts, so it never repeats. Any other keeps the run's phase, says why in
+    ``reason``/``message`` (with a Warning Event when the reason is new) and is taken
+    again in ``refusal.retry_after`` seconds.
     """
-    name = pod_name_for(run.name, attempt)
-    if status in (400, 413, 422):
-        return _Step(run, (), None, now)._fail(
-            "PodInvalid", f"pod {name} was refused: {message}", {}
-        )
-    return start_blocked(run, attempt, "PodRefused", f"pod {name} was refused: {message}", now)
-
-
-def run_refused(run: AgentRunView, reason: str, message: str, now: datetime) -> Decision:
-    """The step for a run the operator refuses to act for (a forbidden Secret or store,
-    a spec no pod can take, see :mod:`.refusals`): Failed with ``reason``, one Warning
-    Event, no pod. Once Failed, no later step acts, so it never repeats."""
-    return _Step(run, (), None, now)._fail(reason, message, {})
-
-
-def start_blocked(
-    run: AgentRunView,
-    attempt: int,
-    reason: str,
-    message: str,
-    now: datetime,
-    retry_after: float = 10.0,
-) -> Decision:
-    """The step after pod ``attempt`` could not be started yet (a refusal that may pass,
-    store credentials that could not be minted, a State that could not be claimed): the
-    run keeps its phase, says why in ``reason``/``message`` (with a Warning Event when
-    the reason is new), and the step is tried again in ``retry_after`` seconds."""
-    events: tuple[RunEvent, ...] = ()
-    if run.status.raw.get("reason") != reason:
-        events = (RunEvent("Warning", reason, message),)
-    # The phase stays: the step that wanted the pod is simply taken again later.
-    return _Step(run, (), None, now)._to(
-        {"reason": reason, "message": message},
-        events=events,
-        requeue_after=retry_after,
-        note=f"pod {pod_name_for(run.name, attempt)} not started ({reason}); trying again",
+    step = _Step(run, (), None, now)
+    if refusal.final:
+        return step._fail(refusal.reason, refusal.message, {})
+    return step._to(
+        {"reason": refusal.reason, "message": refusal.message},
+        events=_event_if_new(
+            run.status.raw.get("reason"), "Warning", refusal.reason, refusal.message
+        ),
+        requeue_after=refusal.retry_after,
+        note=f"pod {pod_name_for(run.name, attempt)} not started ({refusal.reason}); trying again",
     )
 
 
-def claim_refused(
-    run: AgentRunView, attempt: int, error: str, failures: int, now: datetime
-) -> Decision:
-    """The step after the operator could not claim (fence) the run's State before
-    creating pod ``attempt``: that pod is not created (see :func:`start_blocked`).
+def pod_refusal(run: AgentRunView, attempt: int, status: int, message: str) -> Refusal:
+    """The API server refused to create pod ``attempt`` with HTTP ``status``.
+
+    An invalid pod (400/413/422: a malformed ``resources``, ``env``, ``affinity``, a spec
+    too large for its Secret, ...) will never be accepted: final, with the server's
+    words. Anything else (403 from a quota, 5xx) may pass later.
+    """
+    text = f"pod {pod_name_for(run.name, attempt)} was refused: {message}"
+    if status in (400, 413, 422):
+        return Refusal("PodInvalid", text)
+    return Refusal("PodRefused", text, final=False)
+
+
+def claim_refusal(run: AgentRunView, attempt: int, error: str, failures: int) -> Refusal:
+    """The operator could not claim (fence) the run's State before creating pod ``attempt``.
 
     A lost pod that still runs (its node cut off, a force delete) could otherwise write
     into the State next to its successor. The reason is ``FencingFailed``, and the step
@@ -243,64 +215,7 @@ def claim_refused(
         f"that may still be running cannot be fenced off it: {error}; pod {name} starts "
         f"once the claim succeeds (try {failures + 1} in {delay:g}s)"
     )
-    return start_blocked(run, attempt, "FencingFailed", message, now, retry_after=delay)
-
-
-def conditions_for(
-    phase: Phase | None,
-    reason: str | None,
-    message: str | None,
-    generation: int,
-    previous: Iterable[Mapping[str, Any]],
-    now: datetime,
-) -> list[JSON]:
-    """The status conditions for a phase: ``Running``, ``WaitingForApproval`` and
-    ``Succeeded`` (True, False on failure, Unknown while undecided).
-
-    ``lastTransitionTime`` moves only when a condition's status changes.
-    """
-    phase_reason = str(phase) if phase else "Pending"
-    text = message or ""
-    wanted: list[tuple[str, str, str, str]] = [
-        (
-            "Running",
-            *(
-                ("True", "PodRunning", "")
-                if phase == Phase.RUNNING
-                else ("False", phase_reason, text)
-            ),
-        ),
-        (
-            "WaitingForApproval",
-            *(
-                ("True", "ApprovalRequired", text)
-                if phase == Phase.WAITING_FOR_APPROVAL
-                else ("False", "NoPendingApprovals", "")
-            ),
-        ),
-    ]
-    if phase == Phase.SUCCEEDED:
-        wanted.append(("Succeeded", "True", "Answered", ""))
-    elif phase == Phase.FAILED:
-        wanted.append(("Succeeded", "False", reason or "Failed", text))
-    else:
-        wanted.append(("Succeeded", "Unknown", phase_reason, text))
-    before = {str(c.get("type")): c for c in previous if isinstance(c, Mapping)}
-    conditions = []
-    for kind, status, why, what in wanted:
-        old = before.get(kind)
-        moved = old is None or old.get("status") != status
-        conditions.append(
-            {
-                "type": kind,
-                "status": status,
-                "reason": why,
-                "message": what,
-                "lastTransitionTime": format_time(now) if moved else old["lastTransitionTime"],  # type: ignore[index]
-                "observedGeneration": generation,
-            }
-        )
-    return conditions
+    return Refusal("FencingFailed", message, final=False, retry_after=delay)
 
 
 def covered(pending: Sequence[PendingApproval], approved: frozenset[str]) -> bool:
@@ -309,16 +224,6 @@ def covered(pending: Sequence[PendingApproval], approved: frozenset[str]) -> boo
 
 
 # --------------------------------------------------------------------------- the step
-@dataclass(frozen=True)
-class _Outcome:
-    """How a finished pod ended, in reconcile terms."""
-
-    kind: str
-    """answered | not_retryable | waiting | max_turns | budget_exceeded | lost"""
-    reason: str
-    message: str
-
-
 class _Step:
     def __init__(
         self, run: AgentRunView, pods: Sequence[PodView], saved: SavedView | None, now: datetime
@@ -412,7 +317,7 @@ class _Step:
         return self._finished(current)
 
     def _finished(self, pod: PodView) -> Decision:
-        outcome = _outcome(pod)
+        outcome = outcome_of(pod)
         report = pod.exit.report if pod.exit else None
         facts: JSON = {}
         if report is not None:
@@ -421,9 +326,9 @@ class _Step:
             if report.turns is not None:
                 facts["turns"] = report.turns
             if report.usage is not None:
-                facts["usage"] = _usage(report.usage)
+                facts["usage"] = usage_status(report.usage)
             if report.cost_usd is not None:
-                facts["costUSD"] = _cost_text(report.cost_usd)
+                facts["costUSD"] = cost_text(report.cost_usd)
             if report.aborted:
                 facts["abortedCalls"] = self._aborted_with(report.aborted)
         if outcome.kind in ("answered", "max_turns"):
@@ -493,7 +398,7 @@ class _Step:
         if current is not None and current.finished:
             # A final outcome reached while stopping wins over the suspension. (Waiting for
             # approval does not: the saved State reports it again on resume.)
-            outcome = _outcome(current)
+            outcome = outcome_of(current)
             if outcome.kind in ("answered", "not_retryable", "max_turns", "budget_exceeded"):
                 return self._finished(current)
         if self.run.suspend:
@@ -645,9 +550,7 @@ class _Step:
             if stopping and current is not None
             else "spec.suspend is true: no pod runs"
         )
-        events: tuple[RunEvent, ...] = ()
-        if self.status.phase != Phase.SUSPENDED:
-            events = (RunEvent("Normal", "Suspended", message),)
+        events = _event_if_new(self.status.phase, "Normal", "Suspended", message, Phase.SUSPENDED)
         return self._to(
             {
                 "phase": Phase.SUSPENDED,
@@ -665,7 +568,7 @@ class _Step:
             {
                 **facts,
                 "phase": Phase.SUCCEEDED,
-                "answer": _answer_text(answer),
+                "answer": answer_text(answer),
                 "completedAt": format_time(self.now),
                 "nextAttemptAt": None,
                 "pendingApprovals": None,
@@ -697,9 +600,9 @@ class _Step:
         message = (
             f"waiting for a person to answer {len(pending)} tool call(s) in spec.approvals: {names}"
         )
-        events: tuple[RunEvent, ...] = ()
-        if self.status.phase != Phase.WAITING_FOR_APPROVAL:
-            events = (RunEvent("Normal", "WaitingForApproval", message),)
+        events = _event_if_new(
+            self.status.phase, "Normal", "WaitingForApproval", message, Phase.WAITING_FOR_APPROVAL
+        )
         return self._to(
             {
                 **facts,
@@ -731,7 +634,7 @@ class _Step:
             and saved.answer is not None
             and not self.status.raw.get("answer")
         ):
-            changes["answer"] = _answer_text(saved.answer)
+            changes["answer"] = answer_text(saved.answer)
         return self._to(changes, delete=stray, note="status brought in line with the saved State")
 
     # ------------------------------------------------------------------ bookkeeping
@@ -817,8 +720,8 @@ class _Step:
             return {}
         facts: JSON = {
             "turns": saved.turns,
-            "usage": _usage(saved.usage),
-            "costUSD": _cost_text(saved.cost_usd),
+            "usage": usage_status(saved.usage),
+            "costUSD": cost_text(saved.cost_usd),
         }
         if saved.last_saved_seq is not None:
             facts["lastSavedSeq"] = saved.last_saved_seq
@@ -861,7 +764,7 @@ class _Step:
         lost_reason: str | None = None,
         note: str = "",
     ) -> Decision:
-        patch = _status_patch(self.run, self.changes, self.now)
+        patch = status_patch(self.run, self.changes, self.now)
         deletes = tuple(dict.fromkeys((*self.stale, *self._older_live(), *delete)))
         return Decision(
             status=patch,
@@ -875,114 +778,10 @@ class _Step:
         )
 
 
-def _outcome(pod: PodView) -> _Outcome:
-    exit_info = pod.exit
-    if exit_info is not None:
-        code, report = exit_info.code, exit_info.report
-        error = (report.error if report else None) or _tail(exit_info.message)
-        if code == ExitCode.ANSWERED and pod.reason != "Evicted":
-            return _Outcome("answered", "Answered", "")
-        if code == ExitCode.NOT_RETRYABLE:
-            return _Outcome(
-                "not_retryable", "NotRetryable", error or "the runner refused the run (exit 65)"
-            )
-        if code == ExitCode.WAITING_FOR_APPROVAL:
-            return _Outcome("waiting", "ApprovalRequired", "")
-        if code == ExitCode.MAX_TURNS:
-            return _Outcome(
-                "max_turns",
-                "MaxTurns",
-                "stopped at the turn limit (spec.maxTurns) without an answer",
-            )
-        if code == ExitCode.BUDGET_EXCEEDED:
-            return _Outcome(
-                "budget_exceeded",
-                "BudgetExceeded",
-                error or "stopped at the budget (spec.budget); raise it to go on",
-            )
-    name = pod.name
-    if exit_info is not None and exit_info.reason == "OOMKilled":
-        return _Outcome("lost", "OOMKilled", f"pod {name} was OOM-killed (exit {exit_info.code})")
-    if pod.reason == "Evicted":
-        return _Outcome("lost", "Evicted", f"pod {name} was evicted: {pod.message or 'no message'}")
-    if pod.disruption == "DeletionByPodGC" or pod.reason == "NodeLost":
-        return _Outcome("lost", "NodeLost", f"pod {name} was lost with its node")
-    if pod.reason == "Terminated":  # graceful node shutdown
-        return _Outcome("lost", "NodeShutdown", f"pod {name} was stopped by its node's shutdown")
-    if pod.disruption is not None and exit_info is None:
-        return _Outcome("lost", pod.disruption, f"pod {name} was disrupted ({pod.disruption})")
-    if exit_info is None:
-        return _Outcome(
-            "lost", "PodFailed", f"pod {name} failed: {pod.message or pod.reason or 'unknown'}"
-        )
-    code, report = exit_info.code, exit_info.report
-    if code == ExitCode.SIGTERM:
-        return _Outcome("lost", "Terminated", f"pod {name} was stopped (SIGTERM, exit 143)")
-    if code == ExitCode.RETRYABLE:
-        error = (report.error if report else None) or _tail(exit_info.message) or "no message"
-        return _Outcome("lost", "RetryableError", f"pod {name} hit a retryable error: {error}")
-    if code == ExitCode.KILLED:
-        return _Outcome("lost", "Killed", f"pod {name} was killed (SIGKILL, exit 137)")
-    error = (report.error if report else None) or _tail(exit_info.message) or "no message"
-    return _Outcome("lost", "Error", f"pod {name} exited {code}: {error}")
-
-
-def _answer_text(answer: str | None) -> str | None:
-    """The answer as status holds it: its first :data:`ANSWER_LIMIT` characters."""
-    if answer is None or len(answer) <= ANSWER_LIMIT:
-        return answer
-    return answer[: ANSWER_LIMIT - 1] + "…"
-
-
-def _usage(usage: Mapping[str, int]) -> JSON:
-    # The runtime counts in the Messages API's snake_case; status fields are camelCase.
-    return {
-        "inputTokens": int(usage.get("input_tokens", 0)),
-        "outputTokens": int(usage.get("output_tokens", 0)),
-        "cacheCreationInputTokens": int(usage.get("cache_creation_input_tokens", 0)),
-        "cacheReadInputTokens": int(usage.get("cache_read_input_tokens", 0)),
-    }
-
-
-def _cost_text(cost: float) -> str:
-    # A string: a float in a status patch would compare unequal after every round trip.
-    return f"{cost:.4f}"
-
-
-def _tail(text: str, limit: int = 600) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else "…" + text[-limit:]
-
-
-def _status_patch(run: AgentRunView, changes: JSON, now: datetime) -> JSON:
-    current = run.status.raw
-    merged = {**current, **changes}
-    phase_text = merged.get("phase")
-    phase = Phase(phase_text) if phase_text else None
-    wanted: JSON = {
-        **changes,
-        "stateId": run.state_id,
-        "observedGeneration": run.generation,
-    }
-    if phase is not None:
-        wanted["conditions"] = conditions_for(
-            phase,
-            merged.get("reason"),
-            merged.get("message"),
-            run.generation,
-            current.get("conditions") or [],
-            now,
-        )
-    return {
-        key: (str(value) if isinstance(value, Phase) else value)
-        for key, value in wanted.items()
-        if _differs(current.get(key), value)
-    }
-
-
-def _differs(old: Any, new: Any) -> bool:
-    if isinstance(new, Phase):
-        new = str(new)
-    if new is None:
-        return old is not None
-    return bool(old != new)
+def _event_if_new(
+    shown: object, kind: str, reason: str, message: str, new: object = None
+) -> tuple[RunEvent, ...]:
+    """One Event for ``reason``, unless the status already shows it (``shown``, the
+    status field that would hold ``new``, or ``reason`` itself): a step taken again posts
+    nothing twice."""
+    return () if shown == (reason if new is None else new) else (RunEvent(kind, reason, message),)

@@ -28,20 +28,12 @@ from . import saved_state
 from .cluster import Cluster, PodRefused, failure_text
 from .config import OperatorConfig
 from .credential_issuer import RunCredentialIssuer
-from .decide import (
-    Decision,
-    RunEvent,
-    claim_refused,
-    decide,
-    pod_refused,
-    run_refused,
-    start_blocked,
-)
+from .decide import Decision, claim_refusal, decide, pod_refusal, refused
 from .metrics import OperatorMetrics
 from .pods import pod_manifest, spec_secret, store_url, uses_run_credentials
 from .refusals import run_refusal
 from .store_policy import guarded_opener, store_refusal
-from .views import JSON, AgentRunView, PodView, SavedView, labels_pods
+from .views import JSON, AgentRunView, PodView, Refusal, RunEvent, SavedView, labels_pods
 
 _log = logging.getLogger(__name__)
 _MAX_STEPS = 8  # per call; a healthy run converges in 3 (lost → Interrupted → resumed)
@@ -269,7 +261,7 @@ class Reconciler:
             _log.warning(
                 "%s/%s: refused (%s): %s", namespace, name, refusal.reason, refusal.message
             )
-            decision = run_refused(run, refusal.reason, refusal.message, self._clock())
+            decision = refused(run, run.status.attempt + 1, refusal, self._clock())
             applied, answered = await self._apply(run, body, decision)
             return applied, _Seen(body=answered)
         raw_pods = seen.pods
@@ -316,37 +308,20 @@ class Reconciler:
                 await self._make_bucket_exist(run)
             # Independent calls to the store and the API server, at once: after a pod's
             # loss they are most of the time until its replacement exists.
-            fenced, blocked, refusal = await asyncio.gather(
+            fenced, blocked, secret_refused = await asyncio.gather(
                 self._fence(run) if decision.claim_state else _nothing(),
                 self.credentials.before_pod(run, body),
                 self._write_spec_secret(run, decision.create_pod),
             )
-            if fenced is not None:
-                failures = self._claim_failures[key] = self._claim_failures.get(key, 0) + 1
-                _log.warning("%s/%s: could not claim State %s: %s", *key, run.state_id, fenced)
-                refused = claim_refused(run, decision.create_pod, fenced, failures, self._clock())
-                return await self._apply(run, body, refused)
-            if decision.claim_state:
-                self._claim_failures.pop(key, None)
-            if blocked is not None:
-                _log.warning("%s/%s: %s", *key, blocked)
-                waiting = start_blocked(
-                    run, decision.create_pod, "CredentialsUnavailable", blocked, self._clock()
-                )
-                return await self._apply(run, body, waiting)
             manifest = pod_manifest(run, decision.create_pod, self.config)
-            created = False
-            if refusal is None:
-                try:
-                    created = await asyncio.to_thread(self.cluster.create_pod, manifest)
-                except PodRefused as error:
-                    refusal = error
-            if refusal is not None:
-                _log.warning("%s/%s: %s", *key, refusal)
-                refused = pod_refused(
-                    run, decision.create_pod, refusal.status, refusal.message, self._clock()
-                )
-                return await self._apply(run, body, refused)
+            not_started = await self._not_started(
+                run, decision, manifest, fenced, blocked, secret_refused
+            )
+            if isinstance(not_started, Refusal):
+                _log.warning("%s/%s: %s", *key, not_started.message)
+                step = refused(run, decision.create_pod, not_started, self._clock())
+                return await self._apply(run, body, step)
+            created = not_started
             if not created:
                 _log.info(
                     "%s/%s: pod %s exists already: adopting it", *key, manifest["metadata"]["name"]
@@ -371,6 +346,36 @@ class Reconciler:
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
         return decision, answered
+
+    async def _not_started(
+        self,
+        run: AgentRunView,
+        decision: Decision,
+        manifest: JSON,
+        fenced: str | None,
+        blocked: str | None,
+        refusal: PodRefused | None,
+    ) -> bool | Refusal:
+        """Create the decision's pod unless its State could not be claimed, its
+        credentials minted or its spec Secret written; returns why it was not started,
+        else whether the pod was created (False: it existed already)."""
+        key = (run.namespace, run.name)
+        attempt = decision.create_pod
+        assert attempt is not None
+        if fenced is not None:
+            failures = self._claim_failures[key] = self._claim_failures.get(key, 0) + 1
+            return claim_refusal(run, attempt, fenced, failures)
+        if decision.claim_state:
+            self._claim_failures.pop(key, None)
+        if blocked is not None:
+            return Refusal("CredentialsUnavailable", blocked, final=False)
+        if refusal is None:
+            try:
+                created: bool = await asyncio.to_thread(self.cluster.create_pod, manifest)
+                return created
+            except PodRefused as error:
+                refusal = error
+        return pod_refusal(run, attempt, refusal.status, refusal.message)
 
     async def _post_events(self, body: JSON, events: Sequence[RunEvent]) -> None:
         for event in events:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from alpineagents.pod_contract import state_id_for
@@ -39,7 +38,7 @@ from alpineagents.pod_contract import state_id_for
 from .config import OperatorConfig
 from .pods import store_url
 from .store_policy import store_refusal
-from .views import TERMINAL_PHASES, AgentRunView
+from .views import TERMINAL_PHASES, AgentRunView, Refusal
 
 __all__ = ["Refusal", "env_shape_problem", "run_refusal", "secret_names"]
 
@@ -60,15 +59,6 @@ _REQUIRED = {
     "resourceFieldRef": ("resource",),
 }
 _FROM_SOURCES = ("secretRef", "configMapRef")
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why the operator will not act for a run: the status reason and a message saying
-    what is wrong and what to do."""
-
-    reason: str
-    message: str
 
 
 def run_refusal(run: AgentRunView, config: OperatorConfig) -> Refusal | None:

@@ -70,7 +70,7 @@ def claim(store: Store, state_id: str) -> bool:
     """Fence earlier writers of ``state_id`` if the store supports it (MinioStore does).
 
     Returns whether the store has a ``claim``; raises what the claim raises (the
-    operator then does not start the replacement pod, see ``reconcile.claim_refused``).
+    operator then does not start the replacement pod, see ``decide.claim_refusal``).
     """
     if not store.supports("claim"):
         return False

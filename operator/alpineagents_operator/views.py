@@ -382,3 +382,25 @@ class SavedView:
     cost_usd: float = 0.0
     error: str | None = None
     """Why the store could not be read (the other fields are then unknown)."""
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """A Kubernetes Event to post on the AgentRun."""
+
+    type: str
+    """"Normal" or "Warning"."""
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the operator does not start a run's pod: the status reason, a message saying
+    what is wrong and what to do, and whether it is final (the run ends Failed) or may
+    pass later (the phase stays and the step is taken again in ``retry_after`` seconds)."""
+
+    reason: str
+    message: str
+    final: bool = True
+    retry_after: float = 10.0

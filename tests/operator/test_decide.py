@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from alpineagents_operator.decide import Decision, conditions_for, decide
+from alpineagents_operator.decide import Decision, claim_refusal, decide, pod_refusal, refused
+from alpineagents_operator.run_status import conditions_for
 from alpineagents_operator.views import (
     AgentRunView,
     PendingApproval,
@@ -565,10 +566,9 @@ def test_state_ids_differ_between_agentruns_of_the_same_name() -> None:
 
 
 def test_an_invalid_pod_fails_the_run_with_the_servers_words() -> None:
-    from alpineagents_operator.decide import pod_refused
 
     message = 'Pod "triage-1" is invalid: spec.containers[0].resources.limits[memory]: Invalid value: "lots"'
-    decision = pod_refused(run(), 1, 422, message, NOW)
+    decision = refused(run(), 1, pod_refusal(run(), 1, 422, message), NOW)
     assert decision.status["phase"] == "Failed"
     assert decision.status["reason"] == "PodInvalid"
     assert 'Invalid value: "lots"' in decision.status["message"]
@@ -576,10 +576,11 @@ def test_an_invalid_pod_fails_the_run_with_the_servers_words() -> None:
 
 
 def test_a_forbidden_pod_keeps_the_phase_and_is_tried_again() -> None:
-    from alpineagents_operator.decide import pod_refused
 
     interrupted = run("Interrupted", attempt=1, nextAttemptAt=EARLIER, restarts=1)
-    decision = pod_refused(interrupted, 2, 403, "exceeded quota: pods=10", NOW)
+    decision = refused(
+        interrupted, 2, pod_refusal(interrupted, 2, 403, "exceeded quota: pods=10"), NOW
+    )
     assert "phase" not in decision.status
     assert decision.status["reason"] == "PodRefused"
     assert decision.requeue_after == 10.0 and decision.create_pod is None
@@ -612,10 +613,11 @@ def test_a_run_answered_before_its_pod_vanished_counts_no_restart() -> None:
 
 
 def test_an_unclaimable_state_holds_the_replacement_back_with_a_warning() -> None:
-    from alpineagents_operator.decide import claim_refused
 
     interrupted = run("Interrupted", attempt=1, nextAttemptAt=EARLIER, restarts=1)
-    decision = claim_refused(interrupted, 2, "StoreUnavailableError: timed out", 1, NOW)
+    decision = refused(
+        interrupted, 2, claim_refusal(interrupted, 2, "StoreUnavailableError: timed out", 1), NOW
+    )
     assert decision.create_pod is None and not decision.claim_state
     assert "phase" not in decision.status  # still Interrupted: no pod was lost
     assert "restarts" not in decision.status and "attempt" not in decision.status
@@ -630,10 +632,12 @@ def test_an_unclaimable_state_holds_the_replacement_back_with_a_warning() -> Non
 
 
 def test_claim_retries_back_off_and_warn_once() -> None:
-    from alpineagents_operator.decide import claim_refused
-
-    first = claim_refused(run("Interrupted", attempt=1), 2, "boom", 1, NOW)
+    interrupted = run("Interrupted", attempt=1)
+    first = refused(interrupted, 2, claim_refusal(interrupted, 2, "boom", 1), NOW)
     held = run("Interrupted", attempt=1, **first.status)
-    delays = [claim_refused(held, 2, "boom", n, NOW).requeue_after for n in (2, 3, 6, 7, 20)]
+    delays = [
+        refused(held, 2, claim_refusal(held, 2, "boom", n), NOW).requeue_after
+        for n in (2, 3, 6, 7, 20)
+    ]
     assert delays == [2.0, 4.0, 30.0, 30.0, 30.0]
-    assert not claim_refused(held, 2, "boom", 2, NOW).events
+    assert not refused(held, 2, claim_refusal(held, 2, "boom", 2), NOW).events

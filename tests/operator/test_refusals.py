@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.decide import run_refused
+from alpineagents_operator.decide import refused
 from alpineagents_operator.refusals import env_shape_problem, run_refusal, secret_names
 from alpineagents_operator.store_policy import StoreNotAllowed, guarded_opener, store_refusal
 from alpineagents_operator.views import AgentRunView
@@ -207,7 +207,7 @@ def test_a_refused_run_fails_once_with_one_event_and_no_pod() -> None:
     run = agentrun(envFrom=[{"secretRef": "x"}])
     refusal = run_refusal(run, CONFIG)
     assert refusal is not None
-    decision = run_refused(run, refusal.reason, refusal.message, NOW)
+    decision = refused(run, 1, refusal, NOW)
     assert decision.status["phase"] == "Failed" and decision.status["reason"] == "InvalidSpec"
     assert decision.create_pod is None
     assert [(e.type, e.reason) for e in decision.events] == [("Warning", "Failed")]
