@@ -534,9 +534,7 @@ def test_parse_spec_reads_messages_and_warns_about_misspelt_fields_in_a_pod() ->
     )
     assert [m.role for m in plan.messages] == ["user", "assistant"]
     assert plan.max_turns is None
-    assert plan.warnings == (
-        "spec.maxturns: not a field of an AgentRun; did you mean maxTurns?",
-    )
+    assert plan.warnings == ("spec.maxturns: not a field of an AgentRun; did you mean maxTurns?",)
     with pytest.raises(SpecError, match=r"spec\.messages\[0\]\.role"):
         parse_spec({"model": "m", "messages": [{"role": "system", "content": "x"}]})
     with pytest.raises(SpecError, match="either prompt or messages"):
