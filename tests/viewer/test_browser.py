@@ -145,6 +145,15 @@ def test_a_crashed_and_resumed_run_shows_the_aborted_call_and_the_new_attempt(
     runner.signal(signal.SIGKILL)  # lost without a chance to save: like an OOM kill
     assert runner.wait() == -signal.SIGKILL
 
+    # Before it is resumed: lost, not running; its call's bar does not grow.
+    viewer = viewers.start("--store", str(workspace.runs), "--no-cluster")
+    page.goto(f"{viewer.url}runs/job")
+    expect(page.locator("#run-status")).to_have_text("lost")
+    expect(page.locator("#process-note")).to_contain_text("No process runs it")
+    page.goto(viewer.url)
+    expect(page.locator('#runs tr[data-id="job"]')).to_contain_text("lost")
+    screenshots.take(page, "ui-runs-lost")
+
     model_server.add(
         reply(
             "The migration may or may not have run; checking first.",
@@ -155,7 +164,6 @@ def test_a_crashed_and_resumed_run_shows_the_aborted_call_and_the_new_attempt(
     again = workspace.run(manifest)
     assert again.process.returncode == 0, again.stderr
 
-    viewer = viewers.start("--store", str(workspace.runs), "--no-cluster")
     page.goto(f"{viewer.url}runs/job")
     expect(page.locator("#answer")).to_contain_text("The orders table is migrated")
     expect(page.locator("#facts")).to_contain_text("2 attempts")
@@ -165,6 +173,9 @@ def test_a_crashed_and_resumed_run_shows_the_aborted_call_and_the_new_attempt(
     expect(boundary).to_have_count(1)
     expect(boundary).to_contain_text("attempt 2")
     expect(boundary).to_contain_text("lost without stopping")
+    expect(boundary).to_contain_text("marked aborted above")
+    # The call ran at least until the lost process's last save: a lower bound.
+    expect(aborted.locator(".dur")).to_contain_text("≥ ")
     # The boundary is drawn where it happened: after the call's start, before its closing.
     assert boundary.bounding_box()["y"] > aborted.bounding_box()["y"]
     screenshots.take(page, "ui-run-crash")
@@ -295,6 +306,12 @@ def test_a_local_approval_is_recorded_in_the_state(
     page.locator("#approvals button.refuse").click()
     expect(page.locator("#approval-result")).to_contain_text("recorded in State release-2-4")
     expect(page.locator("#approvals")).to_be_hidden()  # the answer is in the history now
+    # Nothing runs until it is resumed: no second attempt, and the page says what to do.
+    expect(page.locator("#run-status")).to_have_text("answered: waits for a resume")
+    expect(page.locator("#process-note")).to_contain_text(
+        "alpineagents run FILE.yaml --id release-2-4"
+    )
+    expect(page.locator(".tl-row.attempt")).to_have_count(0)
     expect(page.locator(".tl-row.call", has_text="deploy")).to_contain_text("refused")
     saved = store.read("release-2-4")
     assert saved is not None
