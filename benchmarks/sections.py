@@ -14,6 +14,7 @@ from alpineagents import FileStore
 
 from . import (
     agent_cost,
+    long_runs,
     operator_scale,
     resume_latency,
     startup,
@@ -38,6 +39,7 @@ ORDER = [
     "agent-cost",
     "resume-latency",
     "operator-scale",
+    *long_runs.KEYS,
 ]
 
 
@@ -53,6 +55,7 @@ class Sizes:
     resume_singles: int = 10  # rounds of one pod lost on the real node
     resume_burst: int = 30  # pods lost at once
     operator_runs: int = 1_000  # AgentRuns existing for the operator-scale figures
+    long_runs: long_runs.LongRunSizes = field(default_factory=long_runs.LongRunSizes)
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -65,6 +68,7 @@ class Sizes:
             resume_singles=2,
             resume_burst=3,
             operator_runs=50,
+            long_runs=long_runs.LongRunSizes.quick(),
         )
 
 
@@ -423,6 +427,13 @@ def agent(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | No
     )
 
 
+def long_run_bills(
+    page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | None
+) -> None:
+    """Billed input of long runs, ours vs LangChain's create_agent, and of a resume."""
+    long_runs.section(page, work, sizes.long_runs)
+
+
 def not_measured(page: Page) -> None:
     """Targets whose section did not run (the real node and the operator need root and
     the bench's cluster binaries; they run with ``--only resume,operator``)."""
@@ -462,4 +473,5 @@ SECTIONS: dict[str, Section] = {
     "agent": agent,
     "resume": resume_latency.section,
     "operator": operator_scale.section,
+    "long-runs": long_run_bills,
 }
