@@ -13,11 +13,13 @@ From a shell: ``python -m alpineagents.testing serve --port 0 --script turns.jso
 (or ``--echo``) prints the server's URL on its first line.
 
 The kit, by module: :mod:`.script` (the turns and script files), :mod:`.echo` (the echo
-model), :mod:`.server` (:class:`ModelServer`), :mod:`.memory_store` (:class:`MemoryStore`,
+model), :mod:`.server` (:class:`ModelServer`), :mod:`.billing` (what the server charges:
+prompt caching, the context window, :class:`Bill`), :mod:`.memory_store` (:class:`MemoryStore`,
 the spec's store of your own) and :mod:`.conformance` (the store conformance suite, to
 run on your own store; it needs pytest, so import it from there).
 """
 
+from .billing import Bill
 from .echo import echo_reply
 from .memory_store import MemoryStore
 from .script import (
@@ -39,6 +41,7 @@ from .script import (
 from .server import ModelServer, RecordedRequest
 
 __all__ = [
+    "Bill",
     "Drop",
     "Failure",
     "Hold",

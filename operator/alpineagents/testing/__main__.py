@@ -2,7 +2,8 @@
 
 The first stdout line is the server's base URL (for ``ANTHROPIC_BASE_URL``). It serves
 until SIGTERM or SIGINT; SIGUSR1 releases held turns. One log line per model request
-goes to stderr.
+goes to stderr. It bills like the API (prompt caching; ``--no-cache`` for plain usage)
+and refuses prompts past ``--window`` tokens (200000 by default; 0 for no limit).
 """
 
 from __future__ import annotations
@@ -29,7 +30,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument(
         "--echo", action="store_true", help="answer with the echo model once the script ends"
     )
+    serve.add_argument(
+        "--window",
+        type=int,
+        default=200_000,
+        metavar="N",
+        help="refuse prompts over N tokens as the API does (default 200000; 0: no limit)",
+    )
+    serve.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="no prompt caching: usage is just input_tokens and output_tokens",
+    )
     args = parser.parse_args(argv)
+    if args.window < 0:
+        parser.error(f"--window must be 0 (no limit) or a number of tokens, got {args.window}")
     if args.script is None and not args.echo:
         parser.error("serve needs --script FILE, --echo, or both")
 
@@ -48,7 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     def on_stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    with ModelServer(turns, echo=echo, host=args.host, port=args.port) as server:
+    with ModelServer(
+        turns,
+        echo=echo,
+        window=args.window or None,
+        billing=not args.no_cache,
+        host=args.host,
+        port=args.port,
+    ) as server:
 
         def on_release(signum: int, frame: FrameType | None) -> None:
             server.release()

@@ -13,7 +13,31 @@ to it: point the client at :attr:`ModelServer.url` (``base_url=`` or
         ...
 
 When the script runs out the server answers 500 ``api_error`` ("script exhausted"),
-unless ``echo=True``, in which case the echo model answers (:mod:`.echo`).
+unless ``echo=True``, in which case the echo model answers (:mod:`.echo`), or
+``respond=fn``, in which case ``fn(request_body)`` returns the turn (for long runs whose
+answers are computed, not listed).
+
+It bills like the API (:mod:`.billing`), unless ``billing=False``:
+
+- Prompt caching. ``cache_control`` breakpoints (``{"type": "ephemeral"}``, ``"ttl":
+  "5m"`` or ``"1h"``) on tool definitions, system blocks and message content blocks, and
+  the request's top-level ``cache_control`` (on the last cacheable block), at most 4 and
+  no ``1h`` after a ``5m``, else the API's 400. For each breakpoint the longest live
+  cached prefix at it or up to 20 blocks before it is read; every breakpoint past that is
+  written if its prefix has at least ``min_cacheable_tokens`` (1024 by default). Entries
+  live 5 minutes (or 1 hour) from their last write or read, on ``clock``
+  (``time.monotonic``; pass a fake clock to jump past a TTL).
+- ``usage`` carries the API's four numbers (``input_tokens``,
+  ``cache_creation_input_tokens``, ``cache_read_input_tokens``, ``output_tokens``) and
+  ``cache_creation`` by TTL, in ``message_start`` and ``message_delta`` too when
+  streaming. With ``billing=False`` it is just ``input_tokens`` (the whole prompt) and
+  ``output_tokens``, and ``cache_control`` is ignored.
+- :attr:`ModelServer.bill` sums what was charged (a :class:`~.billing.Bill`).
+
+Tokens are counted as :func:`.billing.count_tokens` does (about 4 characters of JSON a
+token). A prompt of more than ``window`` tokens (200,000 by default; ``None`` for no
+limit) gets the API's 400 "prompt is too long: N tokens > 200000 maximum" and does not
+use a turn; ``count_tokens`` answers the prompt's size.
 """
 
 from __future__ import annotations
@@ -26,14 +50,25 @@ import math
 import select
 import socket
 import threading
-import uuid
+import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import urlsplit
 
+from . import wire
+from .billing import (
+    DEFAULT_MIN_CACHEABLE_TOKENS,
+    Bill,
+    Prompt,
+    PromptCache,
+    PromptRefused,
+    Usage,
+    count_tokens,
+    prompt_too_long,
+)
 from .echo import echo_reply
 from .script import Drop, Failure, Hold, Reply, Turn, as_answer
 
@@ -64,12 +99,23 @@ class RecordedRequest:
         return bool(self.body.get("stream", False))
 
 
+@dataclass(frozen=True)
+class _Admitted:
+    """A model request that passed the API's checks: its prompt read for caching (None
+    with billing off) and its size in tokens."""
+
+    prompt: Prompt | None
+    tokens: int
+
+
 class ModelServer:
     """The scripted Messages API on a loopback port, in a background thread.
 
-    ``ModelServer(script, echo=False)``; use as a context manager or call
-    :meth:`start` / :meth:`stop`. Thread-safe: tests may :meth:`add` turns, read
-    :attr:`requests` and :meth:`release` holds while clients are talking to it.
+    ``ModelServer(script, echo=False, respond=None, window=200_000,
+    min_cacheable_tokens=1024, billing=True, clock=time.monotonic)``; use as a context
+    manager or call :meth:`start` / :meth:`stop`. Thread-safe: tests may :meth:`add`
+    turns, read :attr:`requests` and :attr:`bill` and :meth:`release` holds while clients
+    are talking to it. See the module docstring for billing and the window.
     """
 
     def __init__(
@@ -77,10 +123,28 @@ class ModelServer:
         script: Iterable[Turn] | None = None,
         *,
         echo: bool = False,
+        respond: Callable[[Mapping[str, Any]], Turn] | None = None,
+        window: int | None = 200_000,
+        min_cacheable_tokens: int = DEFAULT_MIN_CACHEABLE_TOKENS,
+        billing: bool = True,
+        clock: Callable[[], float] = time.monotonic,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        if echo and respond is not None:
+            raise ValueError("ModelServer: pass echo=True or respond=..., not both")
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 1
+        ):
+            raise ValueError(
+                f"ModelServer: window must be a positive number of tokens or None, got {window!r}"
+            )
         self.echo = echo
+        self.respond = respond
+        self.window = window
+        self.billing = billing
+        self._cache = PromptCache(min_cacheable_tokens=min_cacheable_tokens, clock=clock)
+        self._bill = Bill()
         self._address = (host, port)
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
@@ -210,6 +274,20 @@ class ModelServer:
             event.set()
         return len(held)
 
+    # the bill
+
+    @property
+    def bill(self) -> Bill:
+        """What the requests answered with a reply were charged, summed (a snapshot)."""
+        with self._lock:
+            return self._bill
+
+    def reset_bill(self) -> Bill:
+        """Start a new bill (the cache stays as it is); returns the one that ends."""
+        with self._lock:
+            ended, self._bill = self._bill, Bill()
+            return ended
+
     # called by the handler threads
 
     def _take_turn(
@@ -235,6 +313,54 @@ class ModelServer:
         with self._lock:
             self._token_count_requests.append(recorded)
 
+    def _admit(self, body: Mapping[str, Any], *, whole: bool) -> _Admitted | str:
+        """The request read for billing, or the API's refusal of it; ``whole`` says a
+        model request (the window applies), not a token count."""
+        try:
+            prompt = Prompt(body) if self.billing else None
+        except PromptRefused as refusal:
+            return str(refusal)
+        tokens = prompt.total_tokens if prompt is not None else count_tokens(body)
+        if whole and self.window is not None and tokens > self.window:
+            return prompt_too_long(tokens, self.window)
+        return _Admitted(prompt, tokens)
+
+    def _charge(self, admitted: _Admitted, output_tokens: int) -> dict[str, Any]:
+        """Bill one reply; returns the input half of its ``usage``."""
+        if admitted.prompt is not None:
+            usage = self._cache.charge(admitted.prompt)
+        else:
+            usage = Usage(input_tokens=admitted.tokens)
+        with self._lock:
+            self._bill = self._bill.plus(usage, output_tokens)
+        return self._usage_fields(usage)
+
+    def _quote(self, admitted: _Admitted) -> dict[str, Any]:
+        """The input half of ``usage`` for an answer that is not billed (a broken stream)."""
+        if admitted.prompt is None:
+            return self._usage_fields(Usage(input_tokens=admitted.tokens))
+        return self._usage_fields(self._cache.quote(admitted.prompt))
+
+    def _usage_fields(self, usage: Usage) -> dict[str, Any]:
+        return usage.as_api() if self.billing else {"input_tokens": usage.input_tokens}
+
+    def _responded(
+        self, body: Mapping[str, Any]
+    ) -> tuple[Reply | Failure | Drop | Hold, threading.Event | None]:
+        """The responder's answer (a failure if it raised), with its hold's event."""
+        assert self.respond is not None
+        try:
+            answer = as_answer(self.respond(body))
+        except Exception as exc:
+            _log.exception("model server: respond raised")
+            return Failure(status=500, message=f"respond raised {exc!r}"), None
+        if not isinstance(answer, Hold):
+            return answer, None
+        released = threading.Event()
+        with self._lock:
+            self._held.append(released)
+        return answer, released
+
     def _exhausted_failure(self, number: int) -> Failure:
         with self._lock:
             scripted = self._scripted
@@ -243,7 +369,7 @@ class ModelServer:
             message=(
                 f"model script exhausted: request #{number} has no scripted turn "
                 f"(the script had {scripted}); add turns with ModelServer.add() "
-                "or use echo=True"
+                "or use echo=True or respond=..."
             ),
         )
 
@@ -314,21 +440,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         recorded = RecordedRequest(
             path=path, headers=headers, body=body if isinstance(body, dict) else {}
         )
-        problem = _request_problem(body, path)
-        if path == "/v1/messages/count_tokens":
-            self.server.model._record_token_count(recorded)
-            if problem:
-                self._send_error(400, "invalid_request_error", problem)
-            else:
-                self._send_json(200, {"input_tokens": _count_input_tokens(recorded.body)})
-            return
         model = self.server.model
-        if problem:
+        whole = path == "/v1/messages"
+        problem = wire.request_problem(body, path)
+        admitted = model._admit(recorded.body, whole=whole) if problem is None else problem
+        if not whole:
+            model._record_token_count(recorded)
+            if isinstance(admitted, str):
+                self._send_error(400, "invalid_request_error", admitted)
+            else:
+                self._send_json(200, {"input_tokens": admitted.tokens})
+            return
+        if isinstance(admitted, str):
+            # Refused before the model sees it, as the API does: no turn is used.
             model._record_malformed(recorded)
-            self._send_error(400, "invalid_request_error", problem)
+            self._send_error(400, "invalid_request_error", admitted)
             return
         number, turn, released = model._take_turn(recorded)
         answer = as_answer(turn) if turn is not None else None
+        if answer is None and model.respond is not None:
+            answer, released = model._responded(recorded.body)
         if isinstance(answer, Hold):
             assert released is not None
             _log.info("model request #%d: held", number)
@@ -340,48 +471,63 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if answer is None:
             answer = echo_reply(recorded.body) if model.echo else model._exhausted_failure(number)
         _log.info("model request #%d: %s", number, type(answer).__name__.lower())
-        if answer.delay > 0 and self.server.model._stopping.wait(answer.delay):
+        if answer.delay > 0 and model._stopping.wait(answer.delay):
             self.close_connection = True
             return
         try:
-            self._answer(recorded, answer)
+            self._answer(recorded, admitted, answer)
         except (BrokenPipeError, ConnectionResetError):
             # The client went away mid-answer; nothing left to tell it.
             self.close_connection = True
 
     # answers
 
-    def _answer(self, recorded: RecordedRequest, answer: Reply | Failure | Drop) -> None:
+    def _answer(
+        self, recorded: RecordedRequest, admitted: _Admitted, answer: Reply | Failure | Drop
+    ) -> None:
+        model = self.server.model
         if isinstance(answer, Failure):
             if answer.in_stream and recorded.stream:
-                self._stream_failure(recorded, answer)
+                self._stream_failure(recorded, model._quote(admitted), answer)
             else:
                 self._send_failure(answer)
         elif isinstance(answer, Drop):
             if recorded.stream:
                 self._start_stream()
-                self._send_event("message_start", _message_start(recorded.body))
+                start = wire.message_start(recorded.body, model._quote(admitted))
+                self._send_event("message_start", start)
             # Without the terminating chunk (or any response) the client sees a broken body.
             self.close_connection = True
-        elif recorded.stream:
-            self._stream_reply(recorded, answer)
         else:
-            self._send_json(200, _message(recorded.body, answer), _request_id_header())
+            content = wire.content_blocks(answer)
+            usage = model._charge(admitted, wire.count_output_tokens(content))
+            if recorded.stream:
+                self._stream_reply(recorded, answer, content, usage)
+            else:
+                message = wire.message(recorded.body, answer, content, usage)
+                self._send_json(200, message, wire.request_id_header())
 
-    def _stream_reply(self, recorded: RecordedRequest, answer: Reply) -> None:
-        content = _content_blocks(answer)
+    def _stream_reply(
+        self,
+        recorded: RecordedRequest,
+        answer: Reply,
+        content: list[dict[str, Any]],
+        usage: dict[str, Any],
+    ) -> None:
         self._start_stream()
-        self._send_event("message_start", _message_start(recorded.body))
+        self._send_event("message_start", wire.message_start(recorded.body, usage))
         self._send_event("ping", {"type": "ping"})
         for index, block in enumerate(content):
             if block["type"] == "text":
                 start: dict[str, Any] = {"type": "text", "text": ""}
-                deltas = [{"type": "text_delta", "text": piece} for piece in _pieces(block["text"])]
+                deltas = [
+                    {"type": "text_delta", "text": piece} for piece in wire.pieces(block["text"])
+                ]
             else:
                 start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
                 deltas = [
                     {"type": "input_json_delta", "partial_json": piece}
-                    for piece in _pieces(json.dumps(block["input"]))
+                    for piece in wire.pieces(json.dumps(block["input"]))
                 ]
             self._send_event(
                 "content_block_start",
@@ -393,34 +539,43 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     {"type": "content_block_delta", "index": index, "delta": delta},
                 )
             self._send_event("content_block_stop", {"type": "content_block_stop", "index": index})
+        # The API's message_delta repeats the input numbers (cumulative) next to the output.
+        final_usage = {k: v for k, v in usage.items() if isinstance(v, int)}
+        final_usage["output_tokens"] = wire.count_output_tokens(content)
         self._send_event(
             "message_delta",
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": answer.resolved_stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": _count_output_tokens(content)},
+                "usage": final_usage
+                if self.server.model.billing
+                else {"output_tokens": final_usage["output_tokens"]},
             },
         )
         self._send_event("message_stop", {"type": "message_stop"})
         self._end_stream()
 
-    def _stream_failure(self, recorded: RecordedRequest, failure: Failure) -> None:
+    def _stream_failure(
+        self, recorded: RecordedRequest, usage: dict[str, Any], failure: Failure
+    ) -> None:
         self._start_stream()
-        self._send_event("message_start", _message_start(recorded.body))
+        self._send_event("message_start", wire.message_start(recorded.body, usage))
         self._send_event("ping", {"type": "ping"})
-        self._send_event("error", _error_body(failure.error_type, failure.message))
+        self._send_event("error", wire.error_body(failure.error_type, failure.message))
         self._end_stream()
 
     def _send_failure(self, failure: Failure) -> None:
-        headers = _request_id_header()
+        headers = wire.request_id_header()
         if failure.retry_after is not None:
             ms = max(_MIN_RETRY_AFTER_MS, round(failure.retry_after * 1000))
             headers["retry-after"] = str(math.ceil(failure.retry_after))
             headers["retry-after-ms"] = str(ms)
-        self._send_json(failure.status, _error_body(failure.error_type, failure.message), headers)
+        self._send_json(
+            failure.status, wire.error_body(failure.error_type, failure.message), headers
+        )
 
     def _send_error(self, status: int, error_type: str, message: str) -> None:
-        self._send_json(status, _error_body(error_type, message), _request_id_header())
+        self._send_json(status, wire.error_body(error_type, message), wire.request_id_header())
 
     # wire
 
@@ -446,7 +601,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
-        for name, value in _request_id_header().items():
+        for name, value in wire.request_id_header().items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.flush()
@@ -477,112 +632,3 @@ def _client_gone(connection: socket.socket) -> bool:
         return connection.recv(1, socket.MSG_PEEK) == b""
     except OSError:
         return True
-
-
-def _request_problem(body: object, path: str) -> str | None:
-    if not isinstance(body, dict):
-        return "request body must be a JSON object"
-    required: Sequence[str] = (
-        ("model", "messages")
-        if path.endswith("count_tokens")
-        else ("model", "messages", "max_tokens")
-    )
-    for name in required:
-        if name not in body:
-            return f"{name}: Field required"
-    if not isinstance(body["model"], str) or not body["model"]:
-        return "model: must be a non-empty string"
-    if not isinstance(body["messages"], list) or not body["messages"]:
-        return "messages: must be a non-empty list"
-    for index, message in enumerate(body["messages"]):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            return f"messages.{index}: must be an object with role 'user' or 'assistant'"
-        if "content" not in message:
-            return f"messages.{index}.content: Field required"
-    if "max_tokens" in required and (
-        not isinstance(body["max_tokens"], int)
-        or isinstance(body["max_tokens"], bool)
-        or body["max_tokens"] < 1
-    ):
-        return "max_tokens: must be a positive integer"
-    return None
-
-
-def _content_blocks(answer: Reply) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
-    for block in answer.content:
-        if isinstance(block, str):
-            blocks.append({"type": "text", "text": block})
-        else:
-            blocks.append(
-                {
-                    "type": "tool_use",
-                    "id": block.id or f"toolu_{uuid.uuid4().hex[:24]}",
-                    "name": block.name,
-                    "input": dict(block.input),
-                }
-            )
-    return blocks
-
-
-def _message(request: Mapping[str, Any], answer: Reply) -> dict[str, Any]:
-    content = _content_blocks(answer)
-    return {
-        "id": _message_id(),
-        "type": "message",
-        "role": "assistant",
-        "model": request["model"],
-        "content": content,
-        "stop_reason": answer.resolved_stop_reason,
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": _count_input_tokens(request),
-            "output_tokens": _count_output_tokens(content),
-        },
-    }
-
-
-def _message_start(request: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "message_start",
-        "message": {
-            "id": _message_id(),
-            "type": "message",
-            "role": "assistant",
-            "model": request["model"],
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": _count_input_tokens(request), "output_tokens": 1},
-        },
-    }
-
-
-def _error_body(error_type: str, message: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": error_type, "message": message}}
-
-
-def _request_id_header() -> dict[str, str]:
-    return {"request-id": f"req_{uuid.uuid4().hex[:24]}"}
-
-
-def _message_id() -> str:
-    return f"msg_{uuid.uuid4().hex[:24]}"
-
-
-def _count_input_tokens(request: Mapping[str, Any]) -> int:
-    # A rough, stable estimate (about 4 characters a token) is all tests and demos need.
-    counted = {k: request.get(k) for k in ("system", "messages", "tools") if k in request}
-    return max(1, len(json.dumps(counted)) // 4)
-
-
-def _count_output_tokens(content: Sequence[Mapping[str, Any]]) -> int:
-    return max(1, len(json.dumps(list(content))) // 4)
-
-
-def _pieces(text: str, parts: int = 3) -> list[str]:
-    """``text`` in up to ``parts`` consecutive pieces, so clients must reassemble it."""
-    if not text:
-        return []
-    size = max(1, math.ceil(len(text) / parts))
-    return [text[i : i + size] for i in range(0, len(text), size)]
