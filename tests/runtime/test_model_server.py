@@ -654,6 +654,19 @@ def test_cli_echo_and_sigusr1_releases_holds(serve_process: Any, tmp_path: Path)
     assert process.returncode == 0
 
 
+def test_cli_window_and_no_cache(serve_process: Any) -> None:
+    _, url = serve_process("--echo", "--window", "50", "--no-cache")
+    long_prompt = [{"role": "user", "content": "x" * 400}]
+
+    with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0) as client:
+        with pytest.raises(anthropic.BadRequestError, match=r"prompt is too long: \d+ tokens > 50"):
+            ask(client, messages=long_prompt)
+        usage = ask(client).usage
+
+    assert usage.cache_read_input_tokens is None, "--no-cache: the plain usage"
+    assert usage.input_tokens > 0
+
+
 def test_cli_needs_a_script_or_echo() -> None:
     package_root = Path(alpineagents.testing.__file__).resolve().parents[2]
     result = subprocess.run(

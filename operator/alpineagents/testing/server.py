@@ -15,7 +15,8 @@ to it: point the client at :attr:`ModelServer.url` (``base_url=`` or
 When the script runs out the server answers 500 ``api_error`` ("script exhausted"),
 unless ``echo=True``, in which case the echo model answers (:mod:`.echo`), or
 ``respond=fn``, in which case ``fn(request_body)`` returns the turn (for long runs whose
-answers are computed, not listed).
+answers are computed, not listed; it is called one request at a time, under the server's
+lock, so it must not call the server's methods).
 
 It bills like the API (:mod:`.billing`), unless ``billing=False``:
 
@@ -296,7 +297,11 @@ class ModelServer:
         with self._lock:
             self._requests.append(recorded)
             number = len(self._requests)
-            turn = self._script.popleft() if self._script else None
+            turn: Turn | None = self._script.popleft() if self._script else None
+            if turn is None and self.respond is not None:
+                # Under the lock: a responder with state sees one request at a time, and
+                # a hold it returns is registered before anyone can see the request.
+                turn = self._responded(recorded.body)
             released: threading.Event | None = None
             if isinstance(turn, Hold):
                 released = threading.Event()
@@ -344,22 +349,14 @@ class ModelServer:
     def _usage_fields(self, usage: Usage) -> dict[str, Any]:
         return usage.as_api() if self.billing else {"input_tokens": usage.input_tokens}
 
-    def _responded(
-        self, body: Mapping[str, Any]
-    ) -> tuple[Reply | Failure | Drop | Hold, threading.Event | None]:
-        """The responder's answer (a failure if it raised), with its hold's event."""
+    def _responded(self, body: Mapping[str, Any]) -> Turn:
+        """The responder's turn, or a 500 naming what it raised."""
         assert self.respond is not None
         try:
-            answer = as_answer(self.respond(body))
+            return as_answer(self.respond(body))
         except Exception as exc:
             _log.exception("model server: respond raised")
-            return Failure(status=500, message=f"respond raised {exc!r}"), None
-        if not isinstance(answer, Hold):
-            return answer, None
-        released = threading.Event()
-        with self._lock:
-            self._held.append(released)
-        return answer, released
+            return Failure(status=500, message=f"respond raised {exc!r}")
 
     def _exhausted_failure(self, number: int) -> Failure:
         with self._lock:
@@ -458,8 +455,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         number, turn, released = model._take_turn(recorded)
         answer = as_answer(turn) if turn is not None else None
-        if answer is None and model.respond is not None:
-            answer, released = model._responded(recorded.body)
         if isinstance(answer, Hold):
             assert released is not None
             _log.info("model request #%d: held", number)
