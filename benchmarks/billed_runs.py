@@ -26,6 +26,7 @@ import anthropic
 
 from alpineagents import Agent, FileStore, Message, State, tool
 from alpineagents.testing import ModelServer, Reply, reply, tool_use
+from alpineagents.testing.billing import Bill
 
 MODEL = "claude-sonnet-4-5"
 WINDOW = 200_000  # the Messages API's context window, in tokens
@@ -95,12 +96,23 @@ class Responder:
             return reply(summary_text(_newest_call(messages)))
         turn = _newest_call(messages) + 1
         if self.server is not None:
-            bill = self.server.bill
+            bill = _bill_so_far(self.server)
             self.curve.append((turn - 1, bill.input_units, bill.uncached_units))
         self.answered = max(self.answered, turn)
         if turn >= self.turns:
             return reply(ANSWER)
         return reply(tool_use("check_service", {"service": turn}, id=f"toolu_{turn:06d}"))
+
+
+def _bill_so_far(server: ModelServer) -> Bill:
+    """The server's bill, read from inside ``respond``.
+
+    ``respond`` runs under the server's lock (a stateful responder sees one request at a
+    time), and ``ModelServer.bill`` takes that lock, so it would wait for itself. The bill
+    is a frozen snapshot that each charge replaces whole, under that same lock, which this
+    thread holds: reading the attribute sees a whole bill.
+    """
+    return server._bill
 
 
 def _asks_summary(message: Mapping[str, Any]) -> bool:
@@ -142,6 +154,7 @@ class BilledRun:
     summaries: int
     seconds: float
     curve: list[tuple[int, float, float]]  # (turns done, billed units, uncached units)
+    error: str | None = None  # an API refusal other than the window's, which ended the run
     read_fraction: float | None = None  # resume: the first resumed request's cached share
 
     @property
@@ -150,7 +163,10 @@ class BilledRun:
 
     @property
     def outcome(self) -> str:
-        return "finished" if self.failed_at is None else f"failed at turn {self.failed_at:,}"
+        if self.failed_at is None:
+            return "finished"
+        why = f" ({self.error})" if self.error else ""
+        return f"failed at turn {self.failed_at:,}{why}"
 
 
 @contextlib.contextmanager
@@ -167,7 +183,7 @@ def _billed(
     window: int,
     server: ModelServer,
     responder: Responder,
-    failed_at: int | None,
+    error: BaseException | None,
     began: float,
 ) -> BilledRun:
     bill = server.bill
@@ -176,7 +192,7 @@ def _billed(
         setting,
         turns,
         window,
-        failed_at,
+        None if error is None else responder.answered + 1,
         bill.input_units,
         bill.uncached_units,
         bill.largest_prompt,
@@ -184,18 +200,26 @@ def _billed(
         responder.summaries,
         time.monotonic() - began,
         curve,
+        None if error is None or too_long(error) else str(error).split(" (request_id")[0],
     )
 
 
-def too_long(error: BaseException | None) -> bool:
-    """Whether ``error`` (or what it was raised from) is the API's "prompt is too long"."""
-    seen = 0
-    while error is not None and seen < 10:
-        if "prompt is too long" in str(error):
-            return True
-        error = error.__cause__ or error.__context__
-        seen += 1
-    return False
+def api_refusal(error: BaseException) -> BaseException | None:
+    """The API's answer that ``error`` carries (it or what it was raised from), if any: a
+    refused request ends a run as a result to record, any other error is the harness's."""
+    seen: BaseException | None = error
+    for _ in range(10):
+        if seen is None:
+            return None
+        if isinstance(seen, anthropic.APIStatusError) or "prompt is too long" in str(seen):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def too_long(error: BaseException) -> bool:
+    """Whether ``error`` is the API's "prompt is too long"."""
+    return "prompt is too long" in str(error)
 
 
 # ---------------------------------------------------------------------------- ours
@@ -231,17 +255,17 @@ def run_ours(setting: str, turns: int, window: int, folder: Path, *, cached: boo
     with billing_server(turns, window) as (server, responder):
         client = anthropic.AsyncAnthropic(base_url=server.url, api_key="x", max_retries=0)
         agent = ours_agent(FileStore(folder), client, window, cached=cached)
-        began, failed_at = time.monotonic(), None
+        began, refused = time.monotonic(), None
         try:
             answer = agent.run(State(f"long-{turns}", [Message.user(FIRST_MESSAGE)]))
         except Exception as error:
-            if not too_long(error):
+            refused = api_refusal(error)
+            if refused is None:
                 raise
-            failed_at = responder.answered + 1
         else:
             if answer != ANSWER:
                 raise AssertionError(f"{setting}: the run answered {answer!r}, not {ANSWER!r}")
-        return _billed(setting, turns, window, server, responder, failed_at, began)
+        return _billed(setting, turns, window, server, responder, refused, began)
 
 
 # ---------------------------------------------------------------------------- LangChain
@@ -283,21 +307,21 @@ def run_langchain(setting: str, turns: int, window: int, kind: str) -> BilledRun
     ``default`` (none), ``cache``, ``summarize`` (plus caching), ``edit`` (plus caching)."""
     with billing_server(turns, window) as (server, responder):
         agent = _langchain_agent(server, window, kind)
-        began, failed_at = time.monotonic(), None
+        began, refused = time.monotonic(), None
         try:
             out = agent.invoke(
                 {"messages": [{"role": "user", "content": FIRST_MESSAGE}]},
                 {"recursion_limit": 4 * turns + 100},
             )
         except Exception as error:
-            if not too_long(error):
+            refused = api_refusal(error)
+            if refused is None:
                 raise
-            failed_at = responder.answered + 1
         else:
             answer = out["messages"][-1].text
             if answer != ANSWER:
                 raise AssertionError(f"{setting}: the run answered {answer!r}, not {ANSWER!r}")
-        return _billed(setting, turns, window, server, responder, failed_at, began)
+        return _billed(setting, turns, window, server, responder, refused, began)
 
 
 @dataclass(frozen=True)

@@ -393,7 +393,7 @@ def section_lines(figures: LongRunFigures, plot: str | None) -> list[str]:
         f'trigger=("tokens", {int(sizes.window * SUMMARY_TRIGGER):,}))` (its defaults '
         "otherwise: keep 20 messages, approximate token counting); "
         "`ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger="
-        f"{int(sizes.window * EDIT_TRIGGER):,})])` (its default trigger, 100k tokens of a "
+        f"{int(sizes.window * EDIT_TRIGGER)})])` (its default trigger, 100k tokens of a "
         "200k window; it clears all but the 3 newest tool results from the request). A run "
         "the API refuses is recorded as failed at that turn.",
         "",

