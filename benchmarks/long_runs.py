@@ -390,7 +390,7 @@ def section_lines(figures: LongRunFigures, plot: str | None) -> list[str]:
         "baseline adds `prompt_cache=None` (compaction stays on). LangChain: "
         "`create_agent(ChatAnthropic(...), tools, system_prompt, middleware)`; "
         '`AnthropicPromptCachingMiddleware(ttl="5m")`; `SummarizationMiddleware(model, '
-        f'trigger=("tokens", {int(sizes.window * SUMMARY_TRIGGER):,}))` (its defaults '
+        f'trigger=("tokens", {int(sizes.window * SUMMARY_TRIGGER)}))` (its defaults '
         "otherwise: keep 20 messages, approximate token counting); "
         "`ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger="
         f"{int(sizes.window * EDIT_TRIGGER)})])` (its default trigger, 100k tokens of a "
@@ -423,8 +423,9 @@ def plot(figures: LongRunFigures, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=120)
     for run in figures.longest().values():
-        turns = [t for t, _, _ in run.curve]
-        billed = [units / 1e6 for _, units, _ in run.curve]
+        points = [(t, units) for t, units, _ in run.curve if units > 0]  # log scale
+        turns = [t for t, _ in points]
+        billed = [units / 1e6 for _, units in points]
         style = "-" if run.setting.startswith("ours") else "--"
         (line,) = ax.plot(turns, billed, style, label=f"{run.setting} ({run.outcome})")
         if run.failed_at is not None:
