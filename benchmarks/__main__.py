@@ -30,7 +30,8 @@ from pathlib import Path
 from . import REPO
 from .measure import load_average, machine, versions
 from .results_page import Page
-from .sections import SECTIONS, Sizes, not_measured
+from .sections import SECTIONS, not_measured
+from .sizes import Sizes
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
 

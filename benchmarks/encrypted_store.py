@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from . import REPO
+
 sys.path[:0] = [str(REPO / "operator"), str(REPO)]
 
 from alpineagents import FileStore, Message, State, Store  # noqa: E402

@@ -40,47 +40,20 @@ from benchmarks.billed_runs import (  # noqa: E402
     OURS,
     SETTINGS,
     SUMMARY_TRIGGER,
-    WINDOW,
     BilledRun,
     billing_server,
 )
 from benchmarks.measure import load_average, machine, versions  # noqa: E402
 from benchmarks.results_page import Page, Row, table  # noqa: E402
+from benchmarks.sizes import LongRunSizes  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "long_runs.md"
-PLOT = REPO / "docs" / "long-runs-billing.png"
+PLOT = LongRunSizes().plot
 CHILD = REPO / "benchmarks" / "long_run_child.py"
-KEYS = ["long-cache", "long-flat", "long-window", "long-largest", "long-resume"]
 CACHE_TARGET = 0.115  # of the uncached input, at 120 turns
 WINDOW_TARGET = 0.15  # past the window
 RESUME_TARGET = 0.90  # of the first resumed request's prompt read from the cache
 FLAT_SLACK = 1.05  # "stays flat": the longest run's ratio within 5% of the one before
-
-
-@dataclass
-class LongRunSizes:
-    """The lengths the long runs are measured at, and the window they run against."""
-
-    lengths: list[int] = field(default_factory=lambda: [100, 500, 2_000])
-    langchain_max: int = 500  # LangChain's runs stop here: 2,000 turns would take too long
-    cache_turns: int = 120  # the length of the caching target (issue 22)
-    window: int = WINDOW
-    kill_at: int = 60
-    resume_turns: int = 80
-    plot: Path | None = PLOT
-
-    @classmethod
-    def quick(cls) -> LongRunSizes:
-        """A window of 12k tokens, so 60 turns of 2 KB results pass it."""
-        return cls(
-            lengths=[20, 60],
-            langchain_max=60,
-            cache_turns=20,
-            window=12_000,
-            kill_at=10,
-            resume_turns=20,
-            plot=None,
-        )
 
 
 @dataclass
@@ -451,7 +424,6 @@ def section(page: Page, work: Path, sizes: LongRunSizes) -> None:
     if sizes.plot is not None:
         plot(figures, sizes.plot)
         picture = os.path.relpath(sizes.plot, REPO / "benchmarks")
-    page.order = [*page.order, *(k for k in KEYS if k not in page.order)]
     page.rows.update(targets(figures))
     page.sections.append(section_lines(figures, picture))
     page.peer_wins.extend(peer_notes(figures))

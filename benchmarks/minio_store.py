@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from . import REPO
+
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
 import urllib3  # noqa: E402

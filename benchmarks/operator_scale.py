@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from . import REPO
+from .sizes import ORDER, Sizes
 
 if TYPE_CHECKING:
     from .results_page import Page
-    from .sections import Sizes
 
 NAMESPACE = "scale"
 OPERATOR_USER = "alpineagents-operator"
@@ -241,7 +241,7 @@ class Operator:
 
 @contextlib.contextmanager
 def control_plane(workdir: Path) -> Iterator[Any]:
-    from tests.bench.control_plane import PlaneOptions, _start_control_plane
+    from tests.bench.control_plane import PlaneOptions, start_control_plane
     from tests.bench.testbin import ProvisioningError, binary_path
 
     try:
@@ -251,7 +251,7 @@ def control_plane(workdir: Path) -> Iterator[Any]:
         raise PlaneUnavailable(f"run `python -m tests.bench.testbin`: {error}") from error
     options = PlaneOptions(clients={"operator": (OPERATOR_USER, "system:masters")})
     with contextlib.ExitStack() as stack:
-        plane = _start_control_plane(stack, workdir / "plane", options)
+        plane = start_control_plane(stack, workdir / "plane", options)
         plane.apply_crds()
         plane.kubectl("create", "namespace", NAMESPACE)
         yield plane
@@ -487,7 +487,6 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
     """The operator with ``sizes.operator_runs`` AgentRuns (one pass: minutes per pass)."""
     from .measure import percentile
     from .results_page import Row, table
-    from .sections import ORDER
 
     page.order = ORDER
     n = sizes.operator_runs

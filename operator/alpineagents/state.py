@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import threading
 import unicodedata
 from collections.abc import Iterable
@@ -21,6 +22,8 @@ from typing import Any, Literal, NamedTuple, Protocol, cast, get_args
 from . import collection
 from .errors import StateFormatError
 from .messages import Message, excerpt
+from .usage import USAGE_KEYS
+from .usage import prompt_tokens as _prompt_tokens
 
 FORMAT_VERSION = 5
 READABLE_FORMATS = (4, 5)
@@ -40,6 +43,7 @@ EntryKind = Literal[
     "approval_request",
     "started",
     "compaction",
+    "cleared",
     "stop",
     "tools",
 ]
@@ -47,7 +51,9 @@ EntryKind = Literal[
 _KINDS: dict[str, EntryKind] = {kind: kind for kind in get_args(EntryKind)}  # one str each
 Outcome = Literal["ok", "error", "refused", "aborted"]
 """How a tool call ended (``Entry.outcome`` of a ``tool_result``)."""
-StopReason = Literal["answered", "max_turns", "waiting_for_approval", "interrupted", "error"]
+StopReason = Literal[
+    "answered", "max_turns", "waiting_for_approval", "budget_exceeded", "interrupted", "error"
+]
 """Why a run stopped (``State.stopped``)."""
 
 # The closing texts of the spec: what a loaded State says about a turn a killed process left open.
@@ -56,6 +62,11 @@ UNKNOWN_RESULT = (
     "have run. Check whether it took effect before running it again.)"
 )
 MODEL_STOPPED = "(process stopped while waiting for the model)"
+
+
+def cleared_text(seq: int) -> str:
+    """What a request carries instead of a result cleared to keep the context small."""
+    return f"(cleared to keep the context small: entry {seq} of the run's history)"
 
 
 def check_id(state_id: object) -> str:
@@ -206,7 +217,15 @@ class State:
         self.messages: list[Message] = []
         self.stopped: StopReason | None = None
         self.turns = 0
-        self.usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
+        self.usage: dict[str, int] = dict.fromkeys(USAGE_KEYS, 0)
+        self.cost_usd = 0.0
+        """The estimated cost of every reply so far (each reply's is saved with it)."""
+        self.prompt_tokens = 0
+        """The size in tokens of the last request the model answered (its whole prompt)."""
+        self.tokens_per_char = 0.0
+        """Tokens per character of request JSON, as the last reply measured it (0: not yet)."""
+        self.context_edits = 0
+        """How many ``cleared`` and ``compaction`` entries changed ``messages`` in place."""
         self.tool_lists: dict[str, ToolList] = {}
         """What each toolset (an MCP server) listed, from the history's ``tools`` entries."""
         self.loaded_entries = 0
@@ -227,6 +246,10 @@ class State:
         self._marked: set[str] = set()
         self._started: set[str] = set()
         self._request_open = False
+        self._request_chars = 0
+        self._result_seqs: dict[str, int] = {}
+        self._cleared_through = -1
+        self._uncleared = 0  # the first message that may hold a result not cleared yet
         self._waiting: list[tuple[int, Message]] = []
         self._lock = threading.RLock()
         for message in messages:
@@ -415,13 +438,19 @@ class State:
                     break
         elif kind == "model_request":
             self._request_open = True
+            self._request_chars = int(data.get("prompt_chars", 0))
         elif kind == "model_error":
             self._request_open = False
         elif kind == "model_reply":
             self._request_open = False
             self.turns += 1
-            for key in ("input_tokens", "output_tokens"):
-                self.usage[key] += int(data.get("usage", {}).get(key, 0))
+            usage = data.get("usage", {})
+            for key in USAGE_KEYS:
+                self.usage[key] += int(usage.get(key, 0))
+            self.cost_usd += float(data.get("cost_usd", 0.0))
+            self.prompt_tokens = _prompt_tokens(usage)
+            if self._request_chars and self.prompt_tokens:
+                self.tokens_per_char = self.prompt_tokens / self._request_chars
             reply = Message.from_dict(data["message"])
             self.messages.append(reply)
             self._calls = {
@@ -441,18 +470,61 @@ class State:
             self._started.add(data["call_id"])
         elif kind == "tool_result":
             self._results[data["call_id"]] = entry
+            self._result_seqs[data["call_id"]] = entry.seq
             if self._calls and all(call_id in self._results for call_id in self._calls):
                 self.messages.append(Message.user(self._result_blocks()))
                 self._calls = {}
         elif kind == "compaction":
             summary = Message.user(f"Summary of the earlier conversation:\n{data['summary']}")
-            self.messages[: int(data["replaced"])] = [summary]
+            replaced = int(data["replaced"])
+            self.messages[:replaced] = [summary]
+            self._uncleared = max(1, self._uncleared - replaced + 1)
+            self.context_edits += 1
+        elif kind == "cleared":
+            self._clear_results(int(data["through_seq"]))
+            self.context_edits += 1
         elif kind == "stop":
             self.stopped = cast(StopReason, str(data["reason"]))
         elif kind == "tools":
             listed = list(data["tools"])
             known = self.tool_lists.get(data["source"])
             self.tool_lists[data["source"]] = ToolList(known.started if known else listed, listed)
+
+    def _clear_results(self, through_seq: int) -> None:
+        """Put placeholders for the results saved at or before ``through_seq`` in
+        ``messages`` (the history keeps them whole)."""
+        seqs = self._result_seqs
+        for index in range(self._uncleared, len(self.messages)):
+            message = self.messages[index]
+            if message.role == "user" and not isinstance(message.content, str):
+                blocks, newer = [], False
+                for block in message.content:
+                    seq = seqs.get(block.get("tool_use_id", ""))
+                    if block.get("type") == "tool_result" and seq is not None:
+                        if seq > through_seq:
+                            newer = True
+                        else:
+                            block = {**block, "content": cleared_text(seq)}
+                    blocks.append(block)
+                if blocks != message.content:
+                    self.messages[index] = Message.user(blocks)
+                if newer:
+                    return  # the results from here on are newer
+            self._uncleared = index + 1
+
+    def clearable_results(self) -> list[tuple[int, int]]:
+        """The results in ``messages`` not cleared yet, oldest first: (seq, characters)."""
+        seqs, found = self._result_seqs, []
+        for message in self.messages[self._uncleared :]:
+            if message.role != "user" or isinstance(message.content, str):
+                continue
+            for block in message.content:
+                seq = seqs.get(block.get("tool_use_id", ""))
+                if block.get("type") == "tool_result" and seq is not None:
+                    content = block.get("content", "")
+                    if content != cleared_text(seq):
+                        found.append((seq, len(json.dumps(content))))
+        return found
 
     def _result_blocks(self) -> list[dict[str, Any]]:
         blocks = []
@@ -528,6 +600,7 @@ class State:
             "entries": len(self.history),
             "turns": self.turns,
             "usage": dict(self.usage),
+            "cost_usd": round(self.cost_usd, 6),
             "answer": excerpt(answer, 500) if answer is not None else None,
         }
         return info

@@ -37,6 +37,9 @@ Pending/Running           exit 0                       Succeeded, answer from th
 Pending/Running           exit 65                      Failed (NotRetryable), no restart
 Pending/Running           exit 76                      WaitingForApproval + pendingApprovals
 Pending/Running           exit 77                      Failed (MaxTurns)
+Pending/Running           exit 78                      Failed (BudgetExceeded)
+Failed (BudgetExceeded)   spec.budget raised past      resume
+                          status.usage and costUSD
 Pending/Running           other exit, Evicted,         suspend: Suspended. Otherwise lost*:
                           OOMKilled, node lost,        restarts+1; over maxRestarts: Failed
                           exit 143 / 75 / 137          (RestartLimitExceeded); else Interrupted
@@ -304,7 +307,7 @@ class _Outcome:
     """How a finished pod ended, in reconcile terms."""
 
     kind: str
-    """answered | not_retryable | waiting | max_turns | lost"""
+    """answered | not_retryable | waiting | max_turns | budget_exceeded | lost"""
     reason: str
     message: str
 
@@ -332,6 +335,8 @@ class _Step:
                 delete_pods=self.stale + stop,
                 note="AgentRun is being deleted: stopping its pods" if stop else "",
             )
+        if status.phase == Phase.FAILED and self._budget_raised():
+            return self._resume()
         if status.phase in TERMINAL_PHASES:
             stray = tuple(p.name for p in self.own if p.alive and not p.deleting)
             if status.saved_state_unread:
@@ -410,6 +415,8 @@ class _Step:
                 facts["turns"] = report.turns
             if report.usage is not None:
                 facts["usage"] = _usage(report.usage)
+            if report.cost_usd is not None:
+                facts["costUSD"] = _cost_text(report.cost_usd)
             if report.aborted:
                 facts["abortedCalls"] = self._aborted_with(report.aborted)
         if outcome.kind in ("answered", "max_turns"):
@@ -433,6 +440,8 @@ class _Step:
             return replace(decision, requeue_after=STORE_RETRY_SECONDS) if unread else decision
         if outcome.kind == "not_retryable":
             return self._fail("NotRetryable", outcome.message, facts)
+        if outcome.kind == "budget_exceeded":
+            return self._fail("BudgetExceeded", outcome.message, facts)
         if outcome.kind == "waiting":
             pending = report.pending_approvals if report else ()
             if not pending:
@@ -478,7 +487,7 @@ class _Step:
             # A final outcome reached while stopping wins over the suspension. (Waiting for
             # approval does not: the saved State reports it again on resume.)
             outcome = _outcome(current)
-            if outcome.kind in ("answered", "not_retryable", "max_turns"):
+            if outcome.kind in ("answered", "not_retryable", "max_turns", "budget_exceeded"):
                 return self._finished(current)
         if self.run.suspend:
             return self._result()
@@ -523,6 +532,9 @@ class _Step:
                 return self._fail(
                     "MaxTurns", "the saved State stopped at the turn limit", self._saved_facts()
                 )
+            over = self._over_budget(saved)
+            if over is not None:
+                return self._fail("BudgetExceeded", over, self._saved_facts())
             if (
                 saved.stopped == "waiting_for_approval"
                 and saved.pending_approvals
@@ -583,6 +595,9 @@ class _Step:
                 return self._fail(
                     "MaxTurns", f"{gone}; its saved State stopped at the turn limit", known
                 )
+            over = self._over_budget(saved)
+            if over is not None:
+                return self._fail("BudgetExceeded", f"{gone}; {over}", known)
             if saved.stopped == "waiting_for_approval" and saved.pending_approvals:
                 return self._wait_for_approval(saved.pending_approvals, known)
             facts = known
@@ -762,11 +777,42 @@ class _Step:
             and (p.attempt or 0) < self.status.attempt
         )
 
+    def _over_budget(self, saved: SavedView) -> str | None:
+        """Why a saved State stopped at its budget still is at it (None: it may go on)."""
+        if saved.stopped != "budget_exceeded":
+            return None
+        budget = self.run.budget
+        why = budget.exceeded(saved.usage, saved.cost_usd) if budget is not None else None
+        if budget is not None and why is None:
+            return None  # raised since: the next pod goes on
+        return f"the saved State stopped at its budget (spec.budget): {why or 'no budget now'}"
+
+    def _budget_raised(self) -> bool:
+        """A run failed at its budget whose spec.budget now allows what it has spent."""
+        status = self.status
+        if status.raw.get("reason") != "BudgetExceeded":
+            return False
+        budget = self.run.budget
+        raw_usage = status.raw.get("usage")
+        usage = raw_usage if isinstance(raw_usage, Mapping) else {}
+        spent = {
+            "input_tokens": int(usage.get("inputTokens", 0)),
+            "output_tokens": int(usage.get("outputTokens", 0)),
+            "cache_creation_input_tokens": int(usage.get("cacheCreationInputTokens", 0)),
+            "cache_read_input_tokens": int(usage.get("cacheReadInputTokens", 0)),
+        }
+        cost = float(status.raw.get("costUSD") or 0.0)
+        return budget is not None and budget.exceeded(spent, cost) is None
+
     def _saved_facts(self) -> JSON:
         saved = self.saved
         if saved is None or not saved.exists or saved.error is not None:
             return {}
-        facts: JSON = {"turns": saved.turns, "usage": _usage(saved.usage)}
+        facts: JSON = {
+            "turns": saved.turns,
+            "usage": _usage(saved.usage),
+            "costUSD": _cost_text(saved.cost_usd),
+        }
         if saved.last_saved_seq is not None:
             facts["lastSavedSeq"] = saved.last_saved_seq
         aborted = self._aborted_with(saved.aborted_calls)
@@ -841,6 +887,12 @@ def _outcome(pod: PodView) -> _Outcome:
                 "MaxTurns",
                 "stopped at the turn limit (spec.maxTurns) without an answer",
             )
+        if code == ExitCode.BUDGET_EXCEEDED:
+            return _Outcome(
+                "budget_exceeded",
+                "BudgetExceeded",
+                error or "stopped at the budget (spec.budget); raise it to go on",
+            )
     name = pod.name
     if exit_info is not None and exit_info.reason == "OOMKilled":
         return _Outcome("lost", "OOMKilled", f"pod {name} was OOM-killed (exit {exit_info.code})")
@@ -880,7 +932,14 @@ def _usage(usage: Mapping[str, int]) -> JSON:
     return {
         "inputTokens": int(usage.get("input_tokens", 0)),
         "outputTokens": int(usage.get("output_tokens", 0)),
+        "cacheCreationInputTokens": int(usage.get("cache_creation_input_tokens", 0)),
+        "cacheReadInputTokens": int(usage.get("cache_read_input_tokens", 0)),
     }
+
+
+def _cost_text(cost: float) -> str:
+    # A string: a float in a status patch would compare unequal after every round trip.
+    return f"{cost:.4f}"
 
 
 def _tail(text: str, limit: int = 600) -> str:

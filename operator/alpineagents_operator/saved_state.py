@@ -11,8 +11,6 @@ runs them on worker threads.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
 
 from alpineagents import Record, State, Store
 
@@ -53,6 +51,7 @@ def saved_view(state_id: str, record: Record | None) -> SavedView:
         ),
         turns=state.turns,
         usage=dict(state.usage),
+        cost_usd=state.cost_usd,
     )
 
 
@@ -73,19 +72,16 @@ def claim(store: Store, state_id: str) -> bool:
     Returns whether the store has a ``claim``; raises what the claim raises (the
     operator then does not start the replacement pod, see ``reconcile.claim_refused``).
     """
-    method: Callable[[str], Any] | None = getattr(store, "claim", None)
-    if not callable(method):
+    if not store.supports("claim"):
         return False
-    method(state_id)
+    store.claim(state_id)
     return True
 
 
 def prepare(store: Store) -> None:
     """Make the store ready for new States where the operator's key may and the pods' may
     not: MinioStore's bucket is created if it is missing (per-run credentials cannot)."""
-    method: Callable[[], Any] | None = getattr(store, "ensure_bucket", None)
-    if callable(method):
-        method()
+    store.ensure_bucket()
 
 
 def delete_state(store: Store, state_id: str) -> None:

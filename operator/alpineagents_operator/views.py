@@ -22,6 +22,7 @@ from alpineagents.pod_contract import (
     TerminationMessage,
     state_id_for,
 )
+from alpineagents.usage import Budget
 
 __all__ = [
     "ATTEMPT_LABEL",
@@ -199,6 +200,26 @@ class AgentRunView:
         return RestartPolicy.from_spec(self.spec.get("restartPolicy"))
 
     @property
+    def budget(self) -> Budget | None:
+        """``spec.budget`` (the CRD checks its shape; one it cannot read is no budget)."""
+        raw = self.spec.get("budget")
+        if not isinstance(raw, Mapping):
+            return None
+
+        def limit(key: str) -> Any:
+            value = raw.get(key)
+            return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+        try:
+            return Budget(
+                max_input_tokens=limit("maxInputTokens"),
+                max_output_tokens=limit("maxOutputTokens"),
+                max_cost_usd=limit("maxCostUSD"),
+            )
+        except ValueError:
+            return None
+
+    @property
     def approved_call_ids(self) -> frozenset[str]:
         """Call ids that ``spec.approvals`` answers (allowed or refused)."""
         approvals = self.spec.get("approvals")
@@ -356,5 +377,6 @@ class SavedView:
     pending_approvals: tuple[PendingApproval, ...] = ()
     turns: int = 0
     usage: Mapping[str, int] = field(default_factory=dict)
+    cost_usd: float = 0.0
     error: str | None = None
     """Why the store could not be read (the other fields are then unknown)."""

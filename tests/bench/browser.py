@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from tests.bench.infra import missing
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent.parent
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

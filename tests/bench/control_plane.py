@@ -36,11 +36,11 @@ import pytest
 from tests.bench.infra import free_port, missing
 from tests.bench.server_process import ServerFailed, ServerProcess
 from tests.bench.testbin import ProvisioningError, binary_path
+from tests.paths import REPO
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 _SERVICE_CIDR = "10.96.0.0/16"
 _HOW_TO_FIX = "run `python -m tests.bench.testbin` (needs Go and the Go module proxy)"
 
@@ -356,7 +356,7 @@ class ControlPlane:
     def apply_crds(self, directory: Path | None = None, timeout: float = 60.0) -> list[str]:
         """Apply every YAML file in ``directory`` (default ``<repo>/crds``) and wait for
         each CustomResourceDefinition to be Established. Returns the CRD names."""
-        directory = directory or REPO_ROOT / "crds"
+        directory = directory or REPO / "crds"
         files = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
         if not files:
             return []
@@ -434,9 +434,14 @@ class PlaneOptions:
     apiserver_args: tuple[str, ...] = ()
 
 
-def _start_control_plane(
+def start_control_plane(
     stack: ExitStack, workdir: Path, options: PlaneOptions | None = None
 ) -> ControlPlane:
+    """Start etcd and kube-apiserver (and what ``options`` asks for) under ``workdir``.
+
+    Stopped when ``stack`` closes. The session fixture and the real node call this; the
+    operator-scale benchmark calls it for a plane of its own.
+    """
     options = options or PlaneOptions()
     kube_apiserver = binary_path("kube-apiserver")
     kubectl = binary_path("kubectl")
@@ -554,7 +559,7 @@ def control_plane() -> Iterator[ControlPlane]:
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, workdir, ignore_errors=True)
         try:
-            plane = _start_control_plane(stack, workdir)
+            plane = start_control_plane(stack, workdir)
         except ServerFailed as error:
             pytest.fail(f"the test control plane did not start: {error}")
         yield plane

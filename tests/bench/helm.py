@@ -26,9 +26,9 @@ import yaml
 
 from tests.bench.infra import missing
 from tests.bench.testbin import ProvisioningError, binary_path
+from tests.paths import REPO
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CHART = REPO_ROOT / "charts" / "alpineagents"
+CHART = REPO / "charts" / "alpineagents"
 
 
 class HelmFailed(AssertionError):

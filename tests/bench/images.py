@@ -43,8 +43,8 @@ from tests.bench.host_packages import ensure_packages
 from tests.bench.infra import provisioning_failed
 from tests.bench.server_process import ServerFailed, ServerProcess
 from tests.bench.testbin import ProvisioningError, binary_path, cache_root
+from tests.paths import REPO
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE_FILES = Path(__file__).resolve().parent / "node"
 
 BASE_SUITE = "bookworm"
@@ -111,7 +111,7 @@ def _digest(*parts: bytes | str | Path) -> str:
         if isinstance(part, Path):
             # The name inside the checkout, not where the checkout is: every worktree of
             # one machine shares the cache, and equal content must give equal images.
-            name = part.relative_to(REPO_ROOT) if part.is_relative_to(REPO_ROOT) else part.name
+            name = part.relative_to(REPO) if part.is_relative_to(REPO) else part.name
             digest.update(str(name).encode() + b"\0")
             with part.open("rb") as handle:
                 for block in iter(lambda: handle.read(1 << 20), b""):
@@ -134,20 +134,20 @@ def base_inputs() -> list[bytes | str | Path]:
 
 
 def _context_files() -> list[Path]:
-    ignore = REPO_ROOT / ".dockerignore"
+    ignore = REPO / ".dockerignore"
     patterns = [
         line.strip()
         for line in (ignore.read_text().splitlines() if ignore.exists() else [])
         if line.strip() and not line.startswith("#")
     ]
-    return _files(REPO_ROOT, patterns)
+    return _files(REPO, patterns)
 
 
 def plan() -> dict[str, Image]:
     """Every image with the reference and archive its current inputs give it."""
     root = images_root()
     base = _digest(*base_inputs())
-    ours = _digest(base, REPO_ROOT / "Dockerfile", *_context_files())
+    ours = _digest(base, REPO / "Dockerfile", *_context_files())
     pause = _digest(_PAUSE_DOCKERFILE, NODE_FILES / "pause.c")
     minio = _digest(base, _MINIO_DOCKERFILE, binary_path("minio"))
     return {
@@ -383,8 +383,8 @@ def _build_ours(docker: Docker, image: Image, base: Image) -> None:
         f"--build-arg=PYTHON_IMAGE={base.ref}",
         f"--tag={image.ref}",
         "--file",
-        str(REPO_ROOT / "Dockerfile"),
-        str(REPO_ROOT),
+        str(REPO / "Dockerfile"),
+        str(REPO),
     )
     _save(docker, image)
 

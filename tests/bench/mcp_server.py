@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent.parent
+from tests.paths import REPO
+
 DEADLINE = 120.0  # seconds a server may take to start or to print a line; a safety net
 
 

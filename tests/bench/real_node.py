@@ -41,8 +41,8 @@ import pytest
 from tests.bench.control_plane import (
     ControlPlane,
     PlaneOptions,
-    _start_control_plane,
     healthz_ok,
+    start_control_plane,
     start_controller_manager,
 )
 from tests.bench.host_packages import missing_packages
@@ -291,8 +291,8 @@ def start_cluster(stack: ExitStack, workdir: Path, images: dict[str, Image]) -> 
     stack.callback(first.delete)
     first.create()  # the apiserver listens on it
 
-    pki = workdir / "plane" / "pki"  # where _start_control_plane writes the certificates
-    plane = _start_control_plane(stack, workdir / "plane", _plane_options(pki))
+    pki = workdir / "plane" / "pki"  # where start_control_plane writes the certificates
+    plane = start_control_plane(stack, workdir / "plane", _plane_options(pki))
     controllers = start_controller_manager(
         plane,
         "*",

@@ -33,8 +33,8 @@ import yaml
 from alpineagents import FileStore, State
 from alpineagents.testing import ModelServer
 from tests.bench.terminal import default_sigint
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent.parent
 DEADLINE = 120.0  # seconds a child or a file may take; a safety net, never a measurement
 
 

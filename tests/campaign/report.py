@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.campaign.kill_fuzz import Totals
+from tests.paths import REPO
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
+PAGE = REPO / "docs" / "reliability.md"
 OPERATOR_MARKER = "<!-- operator-campaign: the operator-side campaign writes below this line -->"
 OPERATOR_PLACEHOLDER = (
     "## On the real node (operator side)\n\n"

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.bench.helm import Helm
+from tests.bench.tool_gate import ToolGate
 from tests.e2e.environment import (
     Environment,
     cluster_environment,
@@ -47,3 +48,13 @@ def node_env(e2e: Environment) -> Environment:
     if e2e.real_node is None:
         pytest.skip("needs the bench's real node (ALPINEAGENTS_E2E_KUBECONFIG is set)")
     return e2e
+
+
+@pytest.fixture(scope="session")
+def gate(node_env: Environment, tool_gate: ToolGate) -> ToolGate:
+    """The real node's tool gate, which holds a run's tool call until a test releases it.
+
+    ``node_env`` comes first, so on a cluster of your own the test skips before the gate
+    (and the bench node under it) is asked for.
+    """
+    return tool_gate

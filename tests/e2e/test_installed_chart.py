@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
@@ -27,9 +26,9 @@ from tests.e2e.environment import (
     wait_for_run,
     wait_until_tool_runs,
 )
+from tests.paths import REPO
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _name(prefix: str) -> str:

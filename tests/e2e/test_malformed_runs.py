@@ -140,11 +140,6 @@ def run_name() -> str:
 
 
 @pytest.fixture(scope="module")
-def gate(node_env: Environment, tool_gate: ToolGate) -> ToolGate:
-    return tool_gate
-
-
-@pytest.fixture(scope="module")
 def run_alongside(node_env: Environment, gate: ToolGate) -> Iterator[str]:
     """A healthy run that works on while the bad manifests come and go: its tool call is
     held until the last test of the corpus releases it."""

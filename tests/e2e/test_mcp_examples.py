@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.e2e.environment import JSON, Environment, in_phase, status, wait_for_run
+from tests.paths import REPO
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+EXAMPLES = REPO / "examples"
 
 
 def examples(name: str) -> list[JSON]:

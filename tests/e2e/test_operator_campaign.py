@@ -271,9 +271,8 @@ def _table(counts: Counter[str]) -> str:
 
 # ------------------------------------------------------------------------------ fixtures
 @pytest.fixture(scope="module")
-def campaign(node_env: Environment, request: pytest.FixtureRequest) -> Iterator[Campaign]:
+def campaign(node_env: Environment, gate: ToolGate) -> Iterator[Campaign]:
     e2e = node_env
-    gate: ToolGate = request.getfixturevalue("tool_gate")
     found = Campaign(e2e, gate, random.Random(SEED))
     # A first run makes the store's bucket exist before the counted runs start.
     found.start("warm-up")

@@ -34,12 +34,6 @@ pytestmark = pytest.mark.e2e
 OPERATOR_PODS = "app.kubernetes.io/component=operator"
 
 
-@pytest.fixture
-def gate(node_env: Environment, request: pytest.FixtureRequest) -> ToolGate:
-    tool_gate: ToolGate = request.getfixturevalue("tool_gate")
-    return tool_gate
-
-
 def run_name() -> str:
     return f"r-{uuid.uuid4().hex[:6]}"
 

@@ -33,7 +33,7 @@ import json, os, sys
 from minio import Minio
 from minio.error import S3Error
 from alpineagents.store.base import encode_id
-from alpineagents.store.s3.segments import checked_prefix
+from alpineagents.store.s3.objects import checked_prefix
 from alpineagents.store.url import s3_credentials, s3_location
 url = os.environ["ALPINEAGENTS_STORE"]
 where, key = s3_location(url), s3_credentials(url, os.environ)

@@ -17,10 +17,10 @@ import yaml
 from tests.bench.images import ensure_images
 from tests.bench.kind_cluster import config_for_our_machines, environment, kind, node_logs
 from tests.kind.conftest import KindBench
+from tests.paths import REPO
 
 pytestmark = pytest.mark.kind
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "alpineagents"
 IMAGE = "alpineagents:dev"
 
@@ -28,7 +28,7 @@ IMAGE = "alpineagents:dev"
 def test_e2e_suite_passes_on_a_kind_cluster(kind_bench: KindBench, tmp_path: Path) -> None:
     docker = kind_bench.docker
     kubeconfig = tmp_path / "kubeconfig"
-    config = config_for_our_machines(REPO_ROOT / "kind-config.yaml", tmp_path / "kind.yaml")
+    config = config_for_our_machines(REPO / "kind-config.yaml", tmp_path / "kind.yaml")
     kind(
         docker,
         "create",
@@ -40,7 +40,7 @@ def test_e2e_suite_passes_on_a_kind_cluster(kind_bench: KindBench, tmp_path: Pat
     )
     try:
         images = ensure_images()
-        values = yaml.safe_load((REPO_ROOT / "charts/alpineagents/values.yaml").read_text())
+        values = yaml.safe_load((REPO / "charts/alpineagents/values.yaml").read_text())
         minio = values["minio"]["image"]
         for image, tag in (
             (images["alpineagents"], IMAGE),
@@ -57,7 +57,7 @@ def test_e2e_suite_passes_on_a_kind_cluster(kind_bench: KindBench, tmp_path: Pat
         }
         suite = subprocess.run(
             [sys.executable, "-m", "pytest", "tests/e2e", "-q", "-p", "no:cacheprovider"],
-            cwd=REPO_ROOT,
+            cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

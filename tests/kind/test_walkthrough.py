@@ -33,11 +33,11 @@ from tests.bench.images import ensure_images
 from tests.bench.kind_cluster import config_for_our_machines, environment, kind, node_logs
 from tests.bench.testbin import binary_path
 from tests.kind.conftest import KindBench
+from tests.paths import REPO
 
 pytestmark = pytest.mark.kind
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-WALKTHROUGH = REPO_ROOT / "docs" / "walkthrough.md"
+WALKTHROUGH = REPO / "docs" / "walkthrough.md"
 CLUSTER = "alpineagents"
 
 
@@ -107,7 +107,7 @@ class Shell:
     def __call__(self, line: str, timeout: float = 600) -> str:
         result = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", line],
-            cwd=REPO_ROOT,
+            cwd=REPO,
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -122,7 +122,7 @@ class Shell:
 def test_walkthrough_run_survives_its_pods_deletion(kind_bench: KindBench, tmp_path: Path) -> None:
     docker = kind_bench.docker
     kubeconfig = tmp_path / "kubeconfig"
-    config = config_for_our_machines(REPO_ROOT / "kind-config.yaml", tmp_path / "kind-config.yaml")
+    config = config_for_our_machines(REPO / "kind-config.yaml", tmp_path / "kind-config.yaml")
     create = command("kind create cluster")
     assert create == "kind create cluster --config kind-config.yaml"
     sh = Shell(environment(docker, kubeconfig), tmp_path)
@@ -150,7 +150,7 @@ def test_walkthrough_run_survives_its_pods_deletion(kind_bench: KindBench, tmp_p
         assert command("docker build") == "docker build -t alpineagents:dev ."
         docker.run("tag", ours.ref, "alpineagents:dev")
         sh(command("kind load docker-image alpineagents:dev"), timeout=900)
-        values = yaml.safe_load((REPO_ROOT / "charts/alpineagents/values.yaml").read_text())
+        values = yaml.safe_load((REPO / "charts/alpineagents/values.yaml").read_text())
         minio_image = f"{values['minio']['image']['repository']}:{values['minio']['image']['tag']}"
         docker.run("tag", minio.ref, minio_image)
         sh(f"kind load docker-image {minio_image} --name {CLUSTER}", timeout=900)

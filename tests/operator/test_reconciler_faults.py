@@ -33,12 +33,13 @@ import pytest
 import yaml
 
 from alpineagents import Message, Record, State, StateFencedError, Store, open_store
+from alpineagents.store import WrappedStore
 from alpineagents.testing import ModelServer, reply, tool_use
 from alpineagents_operator.cluster import Cluster
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.reconciler import Reconciler
 from alpineagents_operator.views import format_time
-from tests.bench.control_plane import REPO_ROOT, ControlPlane
+from tests.bench.control_plane import ControlPlane
 from tests.bench.minio_server import S3Server
 from tests.bench.runner_process import (
     BLOCKING,
@@ -47,6 +48,7 @@ from tests.bench.runner_process import (
     tool_results,
     wait_for_file,
 )
+from tests.paths import REPO
 
 JSON = dict[str, Any]
 GROUP, VERSION, PLURAL = "alpineagents.dev", "v1", "agentruns"
@@ -163,7 +165,7 @@ def interrupted_run(cluster: Kube, store: Store, name: str) -> str:
 def crd_variant(directory: Path, root_rule: str | None) -> Path:
     """The AgentRun CRD with another rule on the whole object (None: without one), as an
     older or newer CRD than the one a run was created under may have it."""
-    crd = yaml.safe_load((REPO_ROOT / "crds" / "agentrun.yaml").read_text())
+    crd = yaml.safe_load((REPO / "crds" / "agentrun.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     schema.pop("x-kubernetes-validations", None)
     if root_rule is not None:
@@ -295,34 +297,17 @@ async def test_a_replacement_waits_until_its_state_is_claimed(
         old_store.save(old)
 
 
-class OldPodWritesAfterEachRead(Store):
+class OldPodWritesAfterEachRead(WrappedStore):
     """The operator's store, and next to it a lost pod that saves its State right after
     every read the operator makes: the worst moment, between the read and the claim."""
 
     def __init__(self, inner: Store, old_pod_saves: Callable[[], None]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.old_pod_saves = old_pod_saves
 
-    def read(self, state_id: str) -> Record | None:
-        record = self.inner.read(state_id)
+    def incoming(self, state_id: str, record: Record) -> Record:
         self.old_pod_saves()
         return record
-
-    def write(
-        self,
-        state_id: str,
-        entries: list[dict[str, Any]],
-        info: dict[str, Any],
-        *,
-        create: bool = False,
-    ) -> None:
-        self.inner.write(state_id, entries, info, create=create)
-
-    def delete(self, state_id: str) -> None:
-        self.inner.delete(state_id)
-
-    def claim(self, state_id: str) -> None:
-        self.inner.claim(state_id)  # type: ignore[attr-defined]
 
 
 async def test_a_lost_pod_still_writing_is_fenced_before_its_successor_is_created(
@@ -499,16 +484,16 @@ async def test_status_agrees_with_the_history_after_a_store_outage(
 
 
 # ------------------------------------------------------------------------------ a lost pod
-class CountingStore(OldPodWritesAfterEachRead):
+class CountingStore(WrappedStore):
     """The operator's store, counting its reads of States."""
 
     def __init__(self, inner: Store) -> None:
-        super().__init__(inner, lambda: None)
+        super().__init__(inner)
         self.reads = 0
 
-    def read(self, state_id: str) -> Record | None:
+    def incoming(self, state_id: str, record: Record) -> Record:
         self.reads += 1
-        return super().read(state_id)
+        return record
 
 
 class CountingCluster(Cluster):

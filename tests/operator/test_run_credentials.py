@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from minio import Minio
@@ -352,8 +352,16 @@ def minio_keys(server: S3Server, bucket: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ the operator's issuer
+class ClusterNamespace(NamedTuple):
+    """A Cluster on the bench's kube-apiserver, a fresh namespace, and the client it uses."""
+
+    cluster: Any
+    namespace: str
+    api_client: Any  # what the tests read the namespace with, beside the Cluster
+
+
 @pytest.fixture
-def cluster_namespace(control_plane: Any) -> Iterator[tuple[Any, str]]:
+def cluster_namespace(control_plane: Any) -> Iterator[ClusterNamespace]:
     """A Cluster on the bench's kube-apiserver, and a fresh namespace in it."""
     from kubernetes import client
 
@@ -365,20 +373,19 @@ def cluster_namespace(control_plane: Any) -> Iterator[tuple[Any, str]]:
     name = f"creds-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
     try:
-        yield Cluster(api_client), name
+        yield ClusterNamespace(Cluster(api_client), name, api_client)
     finally:
         core.delete_namespace(name)
 
 
-def agentrun_body(cluster_namespace: tuple[Any, str], store: str, attempt: int = 1) -> JSON:
+def agentrun_body(cluster_namespace: ClusterNamespace, store: str, attempt: int = 1) -> JSON:
     """An AgentRun created in the namespace (its uid is real), seen as Running."""
     from kubernetes import client
 
-    cluster, namespace = cluster_namespace
-    created = client.CustomObjectsApi(cluster._api_client).create_namespaced_custom_object(
+    created = client.CustomObjectsApi(cluster_namespace.api_client).create_namespaced_custom_object(
         "alpineagents.dev",
         "v1",
-        namespace,
+        cluster_namespace.namespace,
         "agentruns",
         {
             "apiVersion": "alpineagents.dev/v1",
@@ -394,18 +401,17 @@ def running_pod(run: AgentRunView) -> PodView:
     return PodView(name=f"{run.name}-{run.status.attempt}", owner_uid=run.uid, phase="Running")
 
 
-def secret_of(cluster_namespace: tuple[Any, str]) -> tuple[dict[str, str], dict[str, str]]:
+def secret_of(cluster_namespace: ClusterNamespace) -> tuple[dict[str, str], dict[str, str]]:
     from kubernetes import client
 
-    cluster, namespace = cluster_namespace
-    core = client.CoreV1Api(cluster._api_client)
-    secret = core.read_namespaced_secret("triage-store-credentials", namespace)
+    core = client.CoreV1Api(cluster_namespace.api_client)
+    secret = core.read_namespaced_secret("triage-store-credentials", cluster_namespace.namespace)
     data = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
     return data, dict(secret.metadata.annotations or {})
 
 
 async def test_the_issuer_writes_the_runs_secret_and_renews_it_when_due(
-    minio: S3Server, minio_bucket: str, cluster_namespace: tuple[Any, str]
+    minio: S3Server, minio_bucket: str, cluster_namespace: ClusterNamespace
 ) -> None:
     cluster = cluster_namespace[0]
     url = f"s3://{minio_bucket}/runs?endpoint={minio.endpoint}&secure=false"
@@ -448,12 +454,12 @@ async def test_the_issuer_writes_the_runs_secret_and_renews_it_when_due(
 
 
 async def test_the_issuer_never_overwrites_a_secret_that_is_not_the_runs(
-    minio: S3Server, minio_bucket: str, cluster_namespace: tuple[Any, str]
+    minio: S3Server, minio_bucket: str, cluster_namespace: ClusterNamespace
 ) -> None:
     from kubernetes import client
 
-    cluster, namespace = cluster_namespace
-    core = client.CoreV1Api(cluster._api_client)
+    cluster, namespace, api_client = cluster_namespace
+    core = client.CoreV1Api(api_client)
     core.create_namespaced_secret(
         namespace,
         {"metadata": {"name": "triage-store-credentials"}, "stringData": {"mine": "keep"}},
@@ -468,17 +474,17 @@ async def test_the_issuer_never_overwrites_a_secret_that_is_not_the_runs(
 
 
 async def test_shared_credentials_bring_one_warning_event(
-    minio: S3Server, cluster_namespace: tuple[Any, str]
+    minio: S3Server, cluster_namespace: ClusterNamespace
 ) -> None:
     from kubernetes import client
 
-    cluster, namespace = cluster_namespace
+    cluster, namespace, api_client = cluster_namespace
     url = f"s3://{minio.bucket}/runs?endpoint={minio.endpoint}&secure=false"
     issuer = RunCredentialIssuer(OperatorConfig(store=url, run_credentials="shared"), cluster)
     body = agentrun_body(cluster_namespace, url)
     for _ in range(3):  # three pods
         assert await issuer.before_pod(AgentRunView.from_body(body), body) is None
-    events = client.CoreV1Api(cluster._api_client).list_namespaced_event(namespace).items
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
     assert [(e.type, e.reason) for e in events] == [("Warning", "SharedStoreCredentials")]
     assert "every run pod holds the store's key" in events[0].message
 
@@ -493,7 +499,7 @@ def as_credentials(data: dict[str, str]) -> RunCredentials:
 
 
 async def test_the_issuer_creates_the_bucket_the_pods_credentials_cannot(
-    minio: S3Server, cluster_namespace: tuple[Any, str]
+    minio: S3Server, cluster_namespace: ClusterNamespace
 ) -> None:
     cluster = cluster_namespace[0]
     bucket = f"new-{uuid.uuid4().hex[:12]}"  # a fresh install: nothing made the bucket yet

@@ -18,9 +18,10 @@ from alpineagents.pod_contract import ExitCode
 from alpineagents.state import UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, reply, tool_use
 from tests.bench.infra import free_port
-from tests.bench.mcp_server import REPO, MCPTestServer, header_digest
+from tests.bench.mcp_server import MCPTestServer, header_digest
 from tests.bench.runner_process import Workspace, tool_results
 from tests.bench.server_process import ServerProcess
+from tests.paths import REPO
 
 StartServer = Callable[..., MCPTestServer]
 HEADER_VARIABLE = "ALPINEAGENTS_MCP_CALC_HEADER_AUTHORIZATION"

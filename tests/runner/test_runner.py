@@ -95,9 +95,16 @@ def test_sigterm_while_the_model_is_asked_takes_the_request_back(
     again = workspace.run(manifest)
     assert again.process.returncode == 0, again.stderr
     assert again.message["answer"] == "Thought."
+    # The same request again (its cache breakpoint too), with nothing of the stopped one.
     assert model_server.requests[-1].body["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "Think hard."}]}
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Think hard.", "cache_control": {"type": "ephemeral"}}
+            ],
+        }
     ]
+    assert model_server.requests[-1].body == model_server.requests[0].body
 
 
 def test_sigkill_mid_tool_resumes_without_running_the_tool_again(

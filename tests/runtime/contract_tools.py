@@ -7,16 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 from alpineagents import Store
-from alpineagents.store import Record, StateInfo
+from alpineagents.store import WrappedStore
 
 NO_SPACE = OSError(28, "No space left on device")
 
 
-class Watched(Store):
+class Watched(WrappedStore):
     """Wraps a store: records every write, and raises ``fail`` on the writes it picks."""
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.writes: list[tuple[list[str], bool]] = []
         self.fail_when: Callable[[list[dict[str, Any]]], BaseException | None] = lambda entries: (
             None
@@ -25,33 +25,18 @@ class Watched(Store):
         self.before_write: Callable[[list[dict[str, Any]]], None] = lambda entries: None
         self.lock = threading.Lock()
 
-    def write(
-        self,
-        state_id: str,
-        entries: list[dict[str, Any]],
-        info: dict[str, Any],
-        *,
-        create: bool = False,
-    ) -> None:
+    def outgoing(
+        self, state_id: str, entries: list[dict[str, Any]], info: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         self.before_write(entries)
         failure = self.fail_when(entries)
         if failure is not None:
             raise failure
-        self.inner.write(state_id, entries, info, create=create)
+        return entries, info
+
+    def written(self, state_id: str, entries: list[dict[str, Any]], *, create: bool) -> None:
         with self.lock:
             self.writes.append(([e["kind"] for e in entries], create))
-
-    def read(self, state_id: str) -> Record | None:
-        return self.inner.read(state_id)
-
-    def list(self) -> list[StateInfo]:
-        return self.inner.list()
-
-    def delete(self, state_id: str) -> None:
-        self.inner.delete(state_id)
-
-    def same_as(self, other: Store) -> bool:
-        return other is self or self.inner.same_as(other)
 
     def saved_kinds(self, state_id: str) -> list[str]:
         record = self.inner.read(state_id)

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from alpineagents import Agent, FileStore, Message, Permissions, State, Store, tool
+from alpineagents.context import Compaction
 from alpineagents.state import UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, error, hold, reply, tool_use
 from tests.agents import interrupt_child
@@ -729,9 +730,9 @@ class TestSteps:
     def test_compact_replaces_older_messages_and_history_keeps_everything(
         self, store: Store, model_server: ModelServer
     ) -> None:
-        model_server.add(reply("First answer. " * 20))
+        model_server.add(reply("First answer. " * 300))
         state = new_state()
-        agent = agent_for(store, compact_after=300)
+        agent = agent_for(store, context_window=1024, compaction=Compaction(keep_turns=1))
         agent.run(state)
         state.send("Second question")
         model_server.add(
@@ -751,17 +752,23 @@ class TestSteps:
         # conversation again each step; a compaction in the middle of a run must start over.
         model_server.add(reply("Part 0: " + "x" * 600))
         state = new_state()
-        agent = agent_for(store, lookup, compact_after=1000)
+        agent = agent_for(
+            store,
+            lookup,
+            prompt_cache=None,
+            context_window=1024,
+            compaction=Compaction(clear_results=False, keep_turns=1),
+        )
         agent.run(state)
         state.send("Next question")
         model_server.add(
-            reply("Part 1: " + "x" * 600, tool_use("lookup", {"key": "k1"})),
-            reply("Summary: parts 0 and 1."),  # the conversation passed 1,000 characters
+            reply("Part 1: " + "x" * 3000, tool_use("lookup", {"key": "k1"})),
+            reply("Summary: parts 0 and 1."),  # the conversation passed 3/4 of the window
             reply("All done."),
         )
         assert agent.run(state) == "All done."
         assert [e.kind for e in state.history].count("compaction") == 1
-        asked = [r.body for r in model_server.requests if "tools" in r.body]
+        asked = [r.body for r in model_server.requests if "Summarize" not in str(r.body)]
         expected: list[dict[str, Any]] = []  # the API wants one message per turn of a role
         for message in state.messages[:-1]:
             if expected and expected[-1]["role"] == message.role:
@@ -770,8 +777,10 @@ class TestSteps:
                 expected.append({"role": message.role, "content": message.blocks})
         assert asked[-1]["messages"] == expected
         first = [block["text"] for block in expected[0]["content"]]
-        assert first[0].startswith("Summary of the earlier conversation:")
-        assert first[1] == "Next question"
+        assert len(first) == 1 and first[0].startswith("Summary of the earlier conversation:")
+        # The last turn is kept as it was: the call and its result follow the summary.
+        assert expected[1]["content"][-1]["name"] == "lookup"
+        assert expected[2]["content"][0]["content"] == "value of k1"
 
     def test_a_call_waiting_for_a_person_stops_the_run_until_approved(
         self, store: Store, model_server: ModelServer

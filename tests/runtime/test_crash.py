@@ -18,8 +18,8 @@ import pytest
 from alpineagents import Agent, FileStore, Message, State, tool
 from alpineagents.state import MODEL_STOPPED, UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, hold, reply, tool_use
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 WAIT = 120.0  # seconds an awaited event may take on a loaded machine: a safety net, not a measure
 
 

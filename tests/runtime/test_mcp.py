@@ -18,7 +18,8 @@ from alpineagents import Agent, FileStore, Message, Permissions, State
 from alpineagents.mcp import MCPServer, MCPServerUnavailable
 from alpineagents.state import UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, reply, tool_use
-from tests.bench.mcp_server import REPO, MCPTestServer, header_digest, stdio_server_command
+from tests.bench.mcp_server import MCPTestServer, header_digest, stdio_server_command
+from tests.paths import REPO
 
 MODEL = "claude-sonnet-5"
 ALL_TOOLS = ["add", "delete_everything", "divide", "slow", "whoami"]

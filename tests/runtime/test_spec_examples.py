@@ -13,8 +13,8 @@ import pytest
 
 from alpineagents import FileStore
 from alpineagents.testing import ModelServer, hold, reply
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "tests" / "spec"
 SPEC = REPO / "docs" / "survive-crashes-and-restarts.md"
 WAIT = 120.0  # seconds a child may take on a loaded machine: a safety net, not a measure

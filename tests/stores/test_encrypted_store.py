@@ -278,8 +278,8 @@ def test_open_store_wraps_with_encrypted_true(tmp_path: Path, s3: S3Place) -> No
     s3_store.save(State("via-url", messages=[Message.user("cobalt-ledger-7731")]))
     assert_no_plaintext(raw_object_bytes(s3))
     assert open_store(url, s3_env).load("via-url").messages[0].text == "cobalt-ledger-7731"
-    claim = getattr(s3_store, "claim", None)
-    assert callable(claim) and claim("via-url") == 2  # MinioStore's fencing comes along
+    assert s3_store.supports("claim") and s3_store.claim("via-url") == 2  # MinioStore's fencing
+    assert not open_store(f"file://{tmp_path}?encrypted=true", env).supports("claim")
 
     with pytest.raises(ValueError, match=r"encrypted=true.*ALPINEAGENTS_ENCRYPTION_KEYS"):
         open_store(f"file://{tmp_path}?encrypted=true", {})

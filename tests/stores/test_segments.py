@@ -12,17 +12,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from alpineagents.store.s3.segments import (
+from alpineagents.store.s3.legacy import (
     Segment,
-    checked_prefix,
-    lines_of,
     live_segments,
-    new_entries,
     parse_lines,
     parse_segment_name,
     pick_entries,
     segment_name,
 )
+from alpineagents.store.s3.objects import checked_prefix
+from alpineagents.store.s3.slots import lines_of, new_entries
 
 FOLDER = "runs/nightly/h-0123/"
 

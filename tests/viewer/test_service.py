@@ -24,8 +24,7 @@ from alpineagents.viewer import RunViewer, Timeline, ViewerError, service
 from alpineagents.viewer.cluster import Answer, ClusterRun, approvals_patch
 from alpineagents.viewer.service import run_listings
 from tests.bench.browser import write_long_run
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
 
 
 def rows_of(store: FileStore, state_id: str) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from ..mcp_spec import MCPSpecError, mcp_servers
 from ..model import Retry
 from ..permissions import Decision, Policy
 from ..state import ToolCall, error_text
+from .long_run_spec import prices_from
 from .spec import RunPlan, SpecError
 
 __all__ = ["build_agent"]
@@ -66,6 +67,17 @@ def build_agent(
             agent.max_turns = plan.max_turns
         if retry is not None:
             agent.retry = retry
+    # The spec's long-run fields, where given, apply on top of a factory's Agent too.
+    long_run = plan.long_run
+    if "promptCache" in plan.spec:
+        agent.prompt_cache = long_run.prompt_cache
+    if "contextWindow" in plan.spec:
+        agent.context_window = long_run.context_window
+    if "compaction" in plan.spec:
+        agent.compaction = long_run.compaction
+    if "budget" in plan.spec:
+        agent.budget = long_run.budget
+    agent.prices = prices_from(env, SpecError) or agent.prices
     servers = _mcp_servers(plan, env)
     agent.toolsets.extend(servers)
     if plan.require_approval:

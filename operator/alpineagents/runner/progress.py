@@ -17,7 +17,8 @@ from typing import Any, Literal, TextIO
 
 from ..redaction import Redactor
 from ..state import Entry
-from ..store.base import Record, StateInfo, Store
+from ..store.base import Record, Store
+from ..store.wrapped import WrappedStore
 
 __all__ = ["LogFormat", "LoggedStore", "ProgressLog", "entry_event"]
 
@@ -147,7 +148,7 @@ class ProgressLog:
                 pass  # a closed stderr must not stop the run
 
 
-class LoggedStore(Store):
+class LoggedStore(WrappedStore):
     """The runner's view of its store: the same store, logging each entry it saves.
 
     It also remembers the last error the store raised, so the runner can tell a store
@@ -158,65 +159,39 @@ class LoggedStore(Store):
     def __init__(
         self, inner: Store, log: ProgressLog | None, redactor: Redactor | None = None
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.log = log
         self.redactor = redactor or Redactor(())
         self.failure: BaseException | None = None
         self._logged: dict[str, int] = {}
 
-    def write(
-        self,
-        state_id: str,
-        entries: builtins.list[dict[str, Any]],
-        info: dict[str, Any],
-        *,
-        create: bool = False,
+    def outgoing(
+        self, state_id: str, entries: builtins.list[dict[str, Any]], info: dict[str, Any]
+    ) -> tuple[builtins.list[dict[str, Any]], dict[str, Any]]:
+        return self.redactor.data(entries), self.redactor.data(info)
+
+    def incoming(self, state_id: str, record: Record) -> Record:
+        if record.entries:  # what was saved before is not logged again
+            self._logged[state_id] = int(record.entries[-1]["seq"]) + 1
+        return record
+
+    @contextlib.contextmanager
+    def calling_inner(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as error:
+            self.failure = error
+            raise
+
+    def written(
+        self, state_id: str, entries: builtins.list[dict[str, Any]], *, create: bool
     ) -> None:
-        with self._noting_failure():
-            self.inner.write(
-                state_id, self.redactor.data(entries), self.redactor.data(info), create=create
-            )
         done = self._logged.get(state_id, 0)
         new = [e for e in entries if int(e["seq"]) >= done]  # a retried save resends entries
         if new:
             self._logged[state_id] = int(new[-1]["seq"]) + 1
             if self.log is not None:
                 self.log.saved(state_id, new)
-
-    def read(self, state_id: str) -> Record | None:
-        with self._noting_failure():
-            record = self.inner.read(state_id)
-        if record is not None:
-            self._logged[state_id] = len(record.entries)
-        return record
-
-    def list(self) -> builtins.list[StateInfo]:
-        with self._noting_failure():
-            return self.inner.list()
-
-    def delete(self, state_id: str) -> None:
-        with self._noting_failure():
-            self.inner.delete(state_id)
-
-    def same_as(self, other: Store) -> bool:
-        if isinstance(other, LoggedStore):
-            other = other.inner
-        return other is self.inner or self.inner.same_as(other)
-
-    def claim(self, state_id: str) -> None:
-        """Fence older writers of ``state_id`` if the store can (MinioStore can)."""
-        claim = getattr(self.inner, "claim", None)
-        if callable(claim):
-            with self._noting_failure():
-                claim(state_id)
-
-    @contextlib.contextmanager
-    def _noting_failure(self) -> Iterator[None]:
-        try:
-            yield
-        except Exception as error:
-            self.failure = error
-            raise
 
     def __repr__(self) -> str:
         return repr(self.inner)

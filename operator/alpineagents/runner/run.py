@@ -266,6 +266,13 @@ class _Run:
             return self.result(ExitCode.WAITING_FOR_APPROVAL, "waiting_for_approval")
         if state.stopped == "max_turns":
             return self.result(ExitCode.MAX_TURNS, "max_turns")
+        if state.stopped == "budget_exceeded":
+            why = state.history[-1].data.get("error") if state.history else None
+            return self.result(
+                ExitCode.BUDGET_EXCEEDED,
+                "budget_exceeded",
+                f"stopped at the budget (spec.budget): {why}; raise it to go on",
+            )
         return self.result(
             ExitCode.RETRYABLE, "retryable", f"the run stopped without an answer ({state.stopped})"
         )
@@ -347,6 +354,7 @@ def termination_message(
         last_saved_seq=saved - 1 if saved else None,
         turns=state.turns if state is not None else 0,
         usage=state.usage if state is not None else {},
+        cost_usd=state.cost_usd if state is not None else 0.0,
         answer=state.answer if state is not None else None,
         error=error,
         pending_approvals=tuple(

@@ -23,6 +23,8 @@ from ..mcp_spec import MCPServerSpec, MCPSpecError, parse_mcp_servers
 from ..messages import Message
 from ..pod_contract import API_VERSION, ENV_SPEC, ENV_SPEC_FILE, KIND
 from ..state import error_text
+from .long_run_spec import FIELDS as _LONG_RUN_FIELDS
+from .long_run_spec import LongRunPlan, parse_long_run
 
 __all__ = [
     "Approval",
@@ -66,6 +68,7 @@ class RunPlan:
     require_approval: tuple[str, ...] = ()
     approvals: tuple[Approval, ...] = ()
     mcp_servers: tuple[MCPServerSpec, ...] = ()
+    long_run: LongRunPlan = field(default_factory=LongRunPlan)
     spec: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
@@ -82,6 +85,7 @@ _SPEC_FIELDS = (
     "requireApproval",
     "approvals",
     "mcpServers",
+    *_LONG_RUN_FIELDS,
 )
 _IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -139,6 +143,7 @@ def parse_spec(spec: object, *, where: str = "spec") -> RunPlan:
         require_approval=tuple(_names(spec, "requireApproval", where)),
         approvals=_parse_approvals(spec, where),
         mcp_servers=mcp_servers,
+        long_run=parse_long_run(spec, where, SpecError),
         spec=dict(spec),
         warnings=tuple(warnings),
     )

@@ -7,6 +7,8 @@
 - :mod:`.s3`: ``MinioStore``, for MinIO or any S3 (needs the ``minio`` extra, so it is
   imported from ``alpineagents.store.s3`` and not here).
 - :mod:`.url`: :func:`open_store`, a store from a URL (``file:///...``, ``s3://...``).
+- :mod:`.wrapped`: :class:`WrappedStore`, a store in front of another (EncryptedStore,
+  the runner's LoggedStore) that keeps only its hooks.
 - :mod:`.jsonl`: the JSON-lines form of history entries both stores write.
 
 The errors stores raise are one family, in :mod:`alpineagents.errors`.
@@ -15,5 +17,6 @@ The errors stores raise are one family, in :mod:`alpineagents.errors`.
 from .base import Record, StateInfo, Store
 from .file import FileStore
 from .url import open_store, redact
+from .wrapped import WrappedStore
 
-__all__ = ["FileStore", "Record", "StateInfo", "Store", "open_store", "redact"]
+__all__ = ["FileStore", "Record", "StateInfo", "Store", "WrappedStore", "open_store", "redact"]

@@ -3,6 +3,10 @@
 A store implements the small data interface (``write``/``read`` and optionally
 ``list``/``delete``, or their async ``a``-versions). Everything a user calls on top of
 it (``load``, ``save``) is built here once, so every store behaves the same.
+
+Two optional capabilities have defaults here, and ``store.supports(name)`` says whether
+a store really has one: ``claim`` (fence older writers of a State: MinioStore) and
+``ensure_bucket`` (create what the store needs where the credentials may: MinioStore).
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from .. import collection
 from ..errors import StateExistsError, StateNotFoundError
 from ..state import Record, State, check_id
 
-__all__ = ["Record", "StateInfo", "Store", "check_owner", "encode_id"]
+__all__ = ["CAPABILITIES", "Record", "StateInfo", "Store", "check_owner", "encode_id"]
+
+CAPABILITIES = ("claim", "ensure_bucket")
+"""The optional parts of the Store interface a store may have (see :meth:`Store.supports`)."""
 
 T = TypeVar("T")
 _MAX_NAME = 255  # bytes of a file name on the usual filesystems
@@ -128,6 +135,29 @@ class Store:
     def same_as(self, other: Store) -> bool:
         """Whether ``other`` reaches the same saved States (FileStore: the same folder)."""
         return other is self
+
+    # ------------------------------------------------------------ optional capabilities
+    def supports(self, capability: str) -> bool:
+        """Whether this store has ``capability`` (one of :data:`CAPABILITIES`) of its own,
+        rather than the default that does nothing."""
+        if capability not in CAPABILITIES:
+            raise ValueError(
+                f"unknown store capability {capability!r}: one of {', '.join(CAPABILITIES)}"
+            )
+        return _overrides(self, capability)
+
+    def claim(self, state_id: str) -> int | None:
+        """Take the State over as its only writer: older writers' next saves are refused.
+
+        A store that can fence (MinioStore) returns the new epoch; this default, for a
+        store with one writer per State by construction, does nothing and returns ``None``.
+        """
+        return None
+
+    def ensure_bucket(self) -> None:
+        """Create what the store needs before States are saved, where the credentials may
+        (an operator with the store's key, before run pods with narrower ones). Nothing by
+        default; MinioStore creates its bucket."""
 
     # ------------------------------------------------------------ built on top
     def load(self, state_id: str) -> State:

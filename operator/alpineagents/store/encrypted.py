@@ -38,7 +38,7 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from ..errors import StateFormatError
 from ..pod_contract import ENV_ENCRYPTION_KEYS
 from ..state import SEALED, Record
 from .base import StateInfo, Store
+from .wrapped import WrappedStore
 
 __all__ = [
     "KEYS_ENV",
@@ -196,85 +197,29 @@ class Keyring:
         return f"Keyring(ids={self.ids!r}, current={self.current!r})"
 
 
-class EncryptedStore(Store):
+class EncryptedStore(WrappedStore):
     """``store`` with every entry and the conversation's info fields sealed by ``keyring``.
 
     See the module docstring for what stays readable. ``read_plaintext=True`` also reads
     entries saved without encryption (new writes are sealed all the same). ``claim`` and
-    ``ensure_bucket`` are there when the wrapped store has them (MinioStore).
+    ``ensure_bucket`` pass straight through (neither touches a conversation).
     """
-
-    claim: Callable[[str], int]
-    ensure_bucket: Callable[[], None]
 
     def __init__(self, store: Store, keyring: Keyring, *, read_plaintext: bool = False) -> None:
         if isinstance(store, EncryptedStore):
             raise TypeError("this store is encrypted already: wrap the store inside it")
-        self.inner = store
+        super().__init__(store)
         self.keyring = keyring
         self.read_plaintext = read_plaintext
-        # What the wrapped store offers beyond the Store interface (MinioStore's fencing
-        # and bucket setup) passes straight through: neither touches a conversation.
-        claim = getattr(store, "claim", None)
-        if callable(claim):
-            self.claim = claim
-        ensure_bucket = getattr(store, "ensure_bucket", None)
-        if callable(ensure_bucket):
-            self.ensure_bucket = ensure_bucket
-
-    def __repr__(self) -> str:
-        return f"EncryptedStore({self.inner!r})"
 
     def same_as(self, other: Store) -> bool:
+        # Never the plain store inside: a State saved here must not be saved there unsealed.
         return isinstance(other, EncryptedStore) and (
             other.inner is self.inner or self.inner.same_as(other.inner)
         )
 
-    @property
-    def is_async_only(self) -> bool:
-        return self.inner.is_async_only
-
-    # ------------------------------------------------------------ Store interface
-    def write(
-        self,
-        state_id: str,
-        entries: builtins.list[dict[str, Any]],
-        info: dict[str, Any],
-        *,
-        create: bool = False,
-    ) -> None:
-        self.inner.write(state_id, *self._sealed(state_id, entries, info), create=create)
-
-    def read(self, state_id: str) -> Record | None:
-        return self._opened(state_id, self.inner.read(state_id))
-
-    def list(self) -> builtins.list[StateInfo]:
-        return [self._listed(saved) for saved in self.inner.list()]
-
-    def delete(self, state_id: str) -> None:
-        self.inner.delete(state_id)
-
-    async def awrite(
-        self,
-        state_id: str,
-        entries: builtins.list[dict[str, Any]],
-        info: dict[str, Any],
-        *,
-        create: bool = False,
-    ) -> None:
-        await self.inner.awrite(state_id, *self._sealed(state_id, entries, info), create=create)
-
-    async def aread(self, state_id: str) -> Record | None:
-        return self._opened(state_id, await self.inner.aread(state_id))
-
-    async def alist(self) -> builtins.list[StateInfo]:
-        return [self._listed(saved) for saved in await self.inner.alist()]
-
-    async def adelete(self, state_id: str) -> None:
-        await self.inner.adelete(state_id)
-
-    # ------------------------------------------------------------ sealing
-    def _sealed(
+    # ------------------------------------------------------------ hooks: seal, open
+    def outgoing(
         self, state_id: str, entries: Iterable[dict[str, Any]], info: dict[str, Any]
     ) -> tuple[builtins.list[dict[str, Any]], dict[str, Any]]:
         sealed_entries = []
@@ -286,9 +231,7 @@ class EncryptedStore(Store):
             )
         return sealed_entries, seal_info(self.keyring, state_id, info)
 
-    def _opened(self, state_id: str, record: Record | None) -> Record | None:
-        if record is None:
-            return None
+    def incoming(self, state_id: str, record: Record) -> Record:
         entries = []
         for entry in record.entries:
             seq = int(entry["seq"])
@@ -308,7 +251,7 @@ class EncryptedStore(Store):
             entries.append({"seq": seq, **json.loads(plain)})
         return Record(entries, open_info(self.keyring, state_id, record.info, self.read_plaintext))
 
-    def _listed(self, saved: StateInfo) -> StateInfo:
+    def listed(self, saved: StateInfo) -> StateInfo:
         if not saved.extra:  # a store that lists without the raw info: nothing to open
             return saved
         try:

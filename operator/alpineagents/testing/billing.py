@@ -221,6 +221,8 @@ class Prompt:
         self._prefixes = layout.prefixes(str(request.get("model", "")), needed)
 
     def prefix(self, block: int) -> _Prefix:
+        """Token count and cache key of the prompt cut after ``block`` (one of the
+        breakpoints' blocks or the 20 before each)."""
         return self._prefixes[block]
 
 
@@ -325,7 +327,7 @@ class PromptCache:
 # --- the prompt's canonical JSON, block by block ------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Block:
     path: str  # where the API would name it in an error: "messages.3.content.0"
     end: int  # parts[:end] is the canonical JSON up to and including this block
@@ -355,8 +357,8 @@ class _Layout:
             value = self.request[section]
             if section == "messages":
                 for index, message in enumerate(_as_list(value)):
-                    role = message.get("role") if isinstance(message, Mapping) else None
-                    content = message.get("content") if isinstance(message, Mapping) else None
+                    role = message.get("role") if isinstance(message, dict) else None
+                    content = message.get("content") if isinstance(message, dict) else None
                     parts.append(("" if index == 0 else ", ") + '{"role": ')
                     parts.append(json.dumps(role) + ', "content": [')
                     self._add_blocks(_as_blocks(content), f"messages.{index}.content", "]}]}")
@@ -368,18 +370,20 @@ class _Layout:
         parts.append("}")
 
     def _add_blocks(self, blocks: Sequence[object], path: str, closers: str) -> None:
+        # Request bodies are decoded JSON, so blocks are plain dicts (checked as such: an
+        # isinstance against Mapping costs more than the rest of this loop).
+        parts, dumps = self.parts, json.dumps
         for index, block in enumerate(blocks):
-            cache_control = block.get("cache_control") if isinstance(block, Mapping) else None
-            self.parts.append(("" if index == 0 else ", ") + json.dumps(_uncontrolled(block)))
+            fields: dict[str, Any] = block if isinstance(block, dict) else {}
+            cache_control = fields.get("cache_control")
+            parts.append(("" if index == 0 else ", ") + dumps(_uncontrolled(block)))
             self.blocks.append(
                 _Block(
                     path=f"{path}.{index}",
-                    end=len(self.parts),
+                    end=len(parts),
                     closers=closers,
                     cache_control=cache_control,
-                    cacheable=not (
-                        isinstance(block, Mapping) and block.get("type") in _UNCACHEABLE_TYPES
-                    ),
+                    cacheable=fields.get("type") not in _UNCACHEABLE_TYPES,
                 )
             )
 
@@ -427,19 +431,18 @@ class _Layout:
         length = 0
         fed = 0
         prefixes: dict[int, _Prefix] = {}
-        last = max(needed)
-        for index, block in enumerate(self.blocks[: last + 1]):
-            for part in self.parts[fed : block.end]:
-                running.update(part.encode("utf-8"))
-                length += len(part)
+        for index in sorted(needed):
+            block = self.blocks[index]
+            text = "".join(self.parts[fed : block.end])
+            running.update(text.encode("utf-8"))
+            length += len(text)
             fed = block.end
-            if index in needed:
-                closed = running.copy()
-                closed.update(block.closers.encode("utf-8"))
-                prefixes[index] = _Prefix(
-                    tokens=(length + len(block.closers)) // _CHARS_PER_TOKEN,
-                    key=closed.digest()[:16],
-                )
+            closed = running.copy()
+            closed.update(block.closers.encode("utf-8"))
+            prefixes[index] = _Prefix(
+                tokens=(length + len(block.closers)) // _CHARS_PER_TOKEN,
+                key=closed.digest()[:16],
+            )
         return prefixes
 
 
@@ -467,7 +470,7 @@ def _as_blocks(content: object) -> list[object]:
 
 def _uncontrolled(block: object) -> object:
     """The block without ``cache_control`` (also inside a tool result's content)."""
-    if not isinstance(block, Mapping):
+    if not isinstance(block, dict):
         return block
     bare = {k: v for k, v in block.items() if k != "cache_control"}
     if block.get("type") == "tool_result" and isinstance(bare.get("content"), list):

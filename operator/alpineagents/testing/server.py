@@ -510,44 +510,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         usage: dict[str, Any],
     ) -> None:
         self._start_stream()
-        self._send_event("message_start", wire.message_start(recorded.body, usage))
-        self._send_event("ping", {"type": "ping"})
-        for index, block in enumerate(content):
-            if block["type"] == "text":
-                start: dict[str, Any] = {"type": "text", "text": ""}
-                deltas = [
-                    {"type": "text_delta", "text": piece} for piece in wire.pieces(block["text"])
-                ]
-            else:
-                start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-                deltas = [
-                    {"type": "input_json_delta", "partial_json": piece}
-                    for piece in wire.pieces(json.dumps(block["input"]))
-                ]
-            self._send_event(
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": start},
-            )
-            for delta in deltas:
-                self._send_event(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": delta},
-                )
-            self._send_event("content_block_stop", {"type": "content_block_stop", "index": index})
-        # The API's message_delta repeats the input numbers (cumulative) next to the output.
-        final_usage = {k: v for k, v in usage.items() if isinstance(v, int)}
-        final_usage["output_tokens"] = wire.count_output_tokens(content)
-        self._send_event(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": answer.resolved_stop_reason, "stop_sequence": None},
-                "usage": final_usage
-                if self.server.model.billing
-                else {"output_tokens": final_usage["output_tokens"]},
-            },
+        events = wire.reply_events(
+            recorded.body, answer, content, usage, cumulative=self.server.model.billing
         )
-        self._send_event("message_stop", {"type": "message_stop"})
+        for event, data in events:
+            self._send_event(event, data)
         self._end_stream()
 
     def _stream_failure(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .script import Reply
@@ -22,6 +22,7 @@ __all__ = [
     "message_id",
     "message_start",
     "pieces",
+    "reply_events",
     "request_id_header",
     "request_problem",
 ]
@@ -110,6 +111,55 @@ def message_start(request: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[
             "usage": {**usage, "output_tokens": 1},
         },
     }
+
+
+def reply_events(
+    request: Mapping[str, Any],
+    answer: Reply,
+    content: Sequence[Mapping[str, Any]],
+    usage: Mapping[str, Any],
+    *,
+    cumulative: bool,
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The server-sent events of a streamed reply, in the API's order: message_start,
+    ping, each block's start, deltas (text in pieces, tool input as partial JSON) and
+    stop, message_delta, message_stop.
+
+    ``cumulative``: message_delta's usage repeats the input numbers next to the output,
+    as the API sends it today (else it has ``output_tokens`` only)."""
+    yield "message_start", message_start(request, usage)
+    yield "ping", {"type": "ping"}
+    for index, block in enumerate(content):
+        if block["type"] == "text":
+            start: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": piece} for piece in pieces(block["text"])]
+        else:
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": piece}
+                for piece in pieces(json.dumps(block["input"]))
+            ]
+        yield (
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": start},
+        )
+        for delta in deltas:
+            yield (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    final_usage = {k: v for k, v in usage.items() if isinstance(v, int)} if cumulative else {}
+    final_usage["output_tokens"] = count_output_tokens(content)
+    yield (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": answer.resolved_stop_reason, "stop_sequence": None},
+            "usage": final_usage,
+        },
+    )
+    yield "message_stop", {"type": "message_stop"}
 
 
 def error_body(error_type: str, text: str) -> dict[str, Any]:

@@ -1,103 +1,8 @@
 """MinioStore: States in any S3-compatible object store (MinIO, SeaweedFS, AWS S3, ...).
 
-Only plain S3 API calls are used (PUT/GET/HEAD/DELETE object, ListObjectsV2, DeleteObjects,
-and conditional PUTs with ``If-None-Match: *`` / ``If-Match: <etag>``), never MinIO-only ones.
-
-Layout (2)
-----------
-Under ``<prefix>`` (``""`` or ``"some/folder/"``) each State has a folder named by
-:func:`~alpineagents.store.base.encode_id` (no ``/``, ``..`` or NUL can reach out of it)::
-
-    <prefix><enc id>/info.json                                  written once, at create
-    <prefix><enc id>/h-<incarnation>/s-<slot:012d>.jsonl        one a save
-    <prefix><enc id>/h-<incarnation>/m-<low>-<high>-<first>-<last>.jsonl   merged slots
-
-``info.json`` (``{"store": 2, "incarnation": "…", "writer": "…"}``) says the State exists
-and which incarnation of its id is current. The history is a *chain* of slots 0, 1, 2, ...,
-each an immutable object: a header line (``first``/``last`` entry, ``epoch``, ``writer``
-token, the Store ``info`` of that save, ``kind``, ``post``), then its entries as JSON lines.
-A merged object holds what slots ``low..high`` held, with the header of slot ``high``.
-
-A save is one request: ``PUT s-<next slot>`` with ``If-None-Match: *``. A slot number is
-taken once, by whoever creates it first, so the create is both the write and the fence.
-The State's info for ``list()`` is the header of its newest slot (no second object to
-rewrite per save).
-
-What a read sees
-----------------
-``read`` GETs ``info.json``, lists ``h-<incarnation>/`` once and fetches, in parallel, the
-fewest objects that hold every slot from 0 to the highest (:func:`.slots.cover`). Every
-slot of the chain is visible as soon as its PUT succeeded; there is nothing uncommitted.
-
-Fencing: one writer per State
------------------------------
-A writer writes slot ``k`` only after slots ``0..k-1``, so a slot it finds taken was taken
-by someone else: it raises :class:`StateFencedError`, and stays fenced (every later write
-of that id through this store instance raises too, until it loads the State again).
-
-- :meth:`MinioStore.claim` takes a State over by creating the next slot itself, a *claim*
-  slot (no entries, a new ``epoch`` and writer token). The old writer's next save targets
-  that slot, or one before it that the old writer wrote itself: refused either way. If this
-  instance has read the State (``load``) and not written it since, the claim is the slot
-  after what it read, so it fails with :class:`StateFencedError` if anyone wrote in between
-  (load again). Otherwise it claims whatever is saved now, retrying on races (the operator
-  does this before starting a replacement pod).
-- A write by an instance that does not own the State claims it on the way: its first slot
-  opens a new epoch, after the slot its read saw last (so ``load`` in a new process, then
-  saving, just works, in one request plus one listing). After a read, it refuses entries
-  that start before what the read returned (they come from an older copy of the State).
-- The first slot of each epoch is a *fence post*: merges keep it, so a fenced writer's
-  create of it is refused for as long as the State exists. Other slots may be deleted
-  once a merged object holds them; a writer can only target such a slot after losing the
-  answer to its own create, and then (a *checked* write) it lists the chain after its
-  create and finds that it lost.
-- A create retried after a lost answer gets 412 for its own success: the writer GETs the
-  slot and recognises its own token.
-
-Merging
--------
-Each save adds a slot. When ``merge_after`` (16) slots have been saved since the last
-merge, a background thread (never the save) merges the newest objects into one:
-size-tiered (an older object joins while it is at most twice the size of what is merged
-so far) and at most ``merge_bytes`` (1 MiB) per merged object, so each entry is rewritten
-O(log n) times and a load fetches about ``history / merge_bytes + merge_after + log``
-objects. The merged object is PUT first, then the objects it holds are deleted (except
-fence posts), so a merge stopped at any point leaves every slot readable (a read re-lists
-if an object vanishes under it). A failed merge is tried again ``merge_after`` saves
-later. Merges use the slots this instance wrote from memory (up to ``cache_bytes``) and
-GET only the others. :meth:`MinioStore.wait_for_merges` waits for this instance's.
-
-Creating and deleting
----------------------
-``create=True`` lists the id's folder (an existing ``info.json`` is refused at once, with
-nothing written), PUTs slot 0 of a fresh incarnation, then ``info.json`` with
-``If-None-Match: *``. Losing that race deletes the slot again and raises ``ValueError``.
-Folders of incarnations without an ``info.json`` (a create that crashed between its PUTs,
-a deleted State's fence) are removed by the next create of that id.
-
-``delete`` first creates a *deleted* slot after the chain (a writer still saving the State
-finds it and raises ``LookupError``), then removes ``info.json`` and every other object of
-the id, except those of a State created again with that id meanwhile. That one small
-object stays, so the writer stays refused, until the id is created again.
-
-Layout 1
---------
-States saved by earlier versions (an ``info.json`` with ``"store": 1``, rewritten at every
-save) are read as they are (:mod:`.legacy`). The first write or claim converts one: the
-whole history becomes slot 0 of a new incarnation, then ``info.json`` is replaced,
-``If-Match`` the version read (so a layout-1 writer still running is fenced), and the old
-segments are deleted. That costs one rewrite of the history, once per State.
-
-Timeouts and retries
---------------------
-Every operation (``write``, ``read``, ``list``, ``delete``, ``claim``) has a budget of
-``retry_budget`` seconds: idempotent requests and conditional PUTs (see fencing) are retried
-with backoff on connection errors, timeouts and 5xx answers until it is spent, then
-:class:`StoreUnavailableError` is raised. With a client built by :meth:`MinioStore.connect`
-(or one given ``http_client=MinioStore.http_client()``), every socket wait is cut to what is
-left of the budget, so an operation fails within ``retry_budget`` seconds even when the
-server hangs. A client with its own ``urllib3.PoolManager`` keeps that pool's timeouts (the
-``minio`` default is 5 minutes) and its retries; the store's retries come on top.
+The layout, fencing, merging and retries are described at the package's door,
+:mod:`alpineagents.store.s3`; layout 1 (read and converted, never written) is all in
+:mod:`.legacy`.
 """
 
 from __future__ import annotations
@@ -131,10 +36,21 @@ from ...errors import (
 )
 from ..base import Record, StateInfo, Store, encode_id, exists_error, not_found_error
 from . import legacy
-from .objects import FETCH_THREADS, BoundedPool, Objects, Vanished
+from .objects import FETCH_THREADS, BoundedPool, Objects, Vanished, checked_prefix
 from .pieces import Pieces
-from .segments import Lines, checked_prefix, lines_of, new_entries
-from .slots import Header, cover, encode_piece, next_slot, slot_name
+from .slots import (
+    INFO,
+    LAYOUT,
+    Header,
+    Lines,
+    cover,
+    doc_bytes,
+    encode_piece,
+    lines_of,
+    new_entries,
+    next_slot,
+    slot_name,
+)
 
 __all__ = [
     "MinioStore",
@@ -145,8 +61,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_INFO = "info.json"
-_LAYOUT = 2
 _READ_ATTEMPTS = 10  # a read re-lists when a merge deletes an object under it
 _CLAIM_ATTEMPTS = 5  # a take-over of what is saved now looks again when it loses a race
 
@@ -379,12 +293,12 @@ class MinioStore(Store):
             self._ensure_bucket(deadline)
             got = self._get_doc(folder, deadline)
             keep: set[str] = set()
-            if got is not None and got[0].get("store") == _LAYOUT:
+            if got is not None and got[0].get("store") == LAYOUT:
                 keep.add(self._plant_deleted(folder, str(got[0]["incarnation"]), deadline))
             # info.json next: from then on the State is gone for readers and writers.
             self._objects.request(
-                f"DELETE {folder}{_INFO}",
-                lambda: self.client.remove_object(self.bucket, folder + _INFO),
+                f"DELETE {folder}{INFO}",
+                lambda: self.client.remove_object(self.bucket, folder + INFO),
                 deadline,
             )
             self._hold(state_id, None)
@@ -392,7 +306,7 @@ class MinioStore(Store):
             again = self._get_doc(folder, deadline)  # created again meanwhile: keep that one
             if again is not None:
                 kept_folder = f"{folder}h-{again[0]['incarnation']}/"
-                keys = [k for k in keys if not k.startswith(kept_folder) and k != folder + _INFO]
+                keys = [k for k in keys if not k.startswith(kept_folder) and k != folder + INFO]
             self._objects.remove([k for k in keys if k not in keep], deadline)
             self._pieces.forget(keys)
 
@@ -487,7 +401,7 @@ class MinioStore(Store):
         if got is None:
             raise not_found_error(state_id, self)
         doc, etag = got
-        if doc.get("store") != _LAYOUT:
+        if doc.get("store") != LAYOUT:
             return _Chain(
                 str(doc["incarnation"]),
                 0,
@@ -601,7 +515,7 @@ class MinioStore(Store):
         deadline: float,
     ) -> None:
         present = [key for key, _, _ in self._objects.list(folder, deadline, recursive=False)]
-        if folder + _INFO in present:
+        if folder + INFO in present:
             raise exists_error(state_id, self)
         lines = lines_of(new_entries(state_id, entries, 0))
         incarnation, token = secrets.token_hex(8), secrets.token_hex(8)
@@ -609,8 +523,8 @@ class MinioStore(Store):
         header = Header(0, len(lines) - 1, 1, token, info, "save", True)
         body = encode_piece(header, (line for _, line in lines))
         self._objects.put(key, body, deadline)
-        doc = {"store": _LAYOUT, "incarnation": incarnation, "writer": token}
-        if self._objects.put_conditional(folder + _INFO, _doc_bytes(doc), deadline) is None:
+        doc = {"store": LAYOUT, "incarnation": incarnation, "writer": token}
+        if self._objects.put_conditional(folder + INFO, doc_bytes(doc), deadline) is None:
             got = self._get_doc(folder, deadline)
             if got is None or got[0].get("writer") != token:
                 with contextlib.suppress(Exception):  # invisible anyway; delete is tidiness
@@ -633,53 +547,34 @@ class MinioStore(Store):
     def _convert(
         self, state_id: str, folder: str, seen: _Chain, since_read: bool, deadline: float
     ) -> _Chain:
-        """Convert a layout-1 State to layout 2 (see the module docstring), as its owner."""
+        """Convert a layout-1 State to layout 2 (see :mod:`.legacy`), as its owner."""
         assert seen.legacy is not None
         doc, etag = seen.legacy
-        for _ in range(_CLAIM_ATTEMPTS):
-            lines = legacy.read_lines(self._objects, folder, doc, deadline)
-            if lines is None:
-                continue  # a layout-1 merge raced the read
-            incarnation, token = secrets.token_hex(8), secrets.token_hex(8)
-            epoch = int(doc["epoch"]) + 1
-            key = f"{folder}h-{incarnation}/{slot_name(0)}"
-            info = dict(doc["info"])
-            header = Header(0, len(lines) - 1, epoch, token, info, "save", True)
-            self._objects.put(key, encode_piece(header, (line for _, line in lines)), deadline)
-            new_doc = {"store": _LAYOUT, "incarnation": incarnation, "writer": token}
-            if self._objects.put_conditional(
-                folder + _INFO, _doc_bytes(new_doc), deadline, if_match=etag
-            ) is not None or self._writer_is(folder, token, deadline):
-                break
-            with contextlib.suppress(Exception):
-                self._objects.remove([key], deadline)
-            got = self._get_doc(folder, deadline)
-            if got is None:
-                raise not_found_error(state_id, self)
-            if since_read:
-                raise StateFencedError(
-                    f"State {state_id!r} in {self!r} was written by another writer since "
-                    f"this store read it: load it again to continue it"
-                )
-            if got[0].get("store") == _LAYOUT:  # someone converted it meanwhile
-                return self._take_over(state_id, None, deadline)
-            doc, etag = got
-        else:
+        try:
+            converted = legacy.convert(
+                self._objects,
+                folder,
+                doc,
+                etag,
+                deadline,
+                get_doc=lambda: self._get_doc(folder, deadline),
+                changed_since_read=(lambda: StateFencedError(_changed(state_id, self)))
+                if since_read
+                else None,
+                missing=lambda: not_found_error(state_id, self),
+                attempts=_CLAIM_ATTEMPTS,
+            )
+        except TimeoutError:
             raise StoreUnavailableError(
                 f"State {state_id!r} in {self!r} kept changing while it was converted"
-            )
-        with contextlib.suppress(Exception):  # the layout-1 segments nobody reads now
-            old = f"{folder}h-{doc['incarnation']}/"
-            self._objects.remove([k for k, _, _ in self._objects.list(old, deadline)], deadline)
-        chain = _Chain(incarnation, 1, len(lines), epoch, info, token=token)
+            ) from None
+        if converted is None:  # someone converted it meanwhile
+            return self._take_over(state_id, None, deadline)
+        c = converted
+        chain = _Chain(c.incarnation, 1, c.count, c.epoch, c.info, token=c.token)
         self._hold(state_id, chain)
         return chain
 
-    def _writer_is(self, folder: str, token: str, deadline: float) -> bool:
-        got = self._get_doc(folder, deadline)  # our own PUT, its answer lost?
-        return got is not None and got[0].get("writer") == token
-
-    # ------------------------------------------------------------ reading
     def _read(
         self, state_id: str, *, since: int, remember: bool
     ) -> tuple[Lines, dict[str, Any]] | None:
@@ -695,7 +590,7 @@ class MinioStore(Store):
                 return None
             doc, etag = got
             try:
-                if doc.get("store") != _LAYOUT:
+                if doc.get("store") != LAYOUT:
                     lines = legacy.read_lines(self._objects, folder, doc, deadline)
                     if lines is None:
                         continue
@@ -776,7 +671,7 @@ class MinioStore(Store):
             if got is None:
                 return None
             doc = got[0]
-            if doc.get("store") != _LAYOUT:
+            if doc.get("store") != LAYOUT:
                 return dict(doc["info"])
             incarnation = str(doc["incarnation"])
             for _ in range(_READ_ATTEMPTS):
@@ -791,7 +686,7 @@ class MinioStore(Store):
         return None
 
     def _get_doc(self, folder: str, deadline: float) -> tuple[dict[str, Any], str] | None:
-        key = folder + _INFO
+        key = folder + INFO
         got = self._objects.get(key, deadline)
         if got is None:
             return None
@@ -800,7 +695,7 @@ class MinioStore(Store):
             doc = json.loads(body)
             if not isinstance(doc, dict):
                 raise ValueError("not a MinioStore info document")
-            if doc.get("store") == _LAYOUT:
+            if doc.get("store") == LAYOUT:
                 str(doc["incarnation"])
             else:
                 legacy.check_doc(doc)
@@ -903,11 +798,6 @@ class MinioStore(Store):
         return f"{self.prefix}{encode_id(state_id)}/"
 
 
-def _doc_bytes(doc: dict[str, Any]) -> bytes:
-    # A random nonce makes every version's ETag unique (no ABA on If-Match).
-    return json.dumps({**doc, "nonce": secrets.token_hex(8)}).encode()
-
-
 def _entries(lines: Lines, damaged: str) -> builtins.list[dict[str, Any]]:
     entries = []
     for seq, line in lines:
@@ -923,4 +813,11 @@ def _fenced(state_id: str, store: Store) -> str:
         f"State {state_id!r} in {store!r} was taken over by another writer (a newer "
         f"claim, e.g. a replacement pod): this one must stop. Nothing it saved since is "
         f"visible. Load the State again (and claim it) to continue it here."
+    )
+
+
+def _changed(state_id: str, store: Store) -> str:
+    return (
+        f"State {state_id!r} in {store!r} was written by another writer since this store "
+        f"read it: load it again to continue it"
     )

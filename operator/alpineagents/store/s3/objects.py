@@ -244,3 +244,18 @@ def _transient(error: BaseException) -> bool:
     if isinstance(error, InvalidResponseError):
         return int(getattr(error, "_code", 0) or 0) >= 500
     return isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+def checked_prefix(prefix: str) -> str:
+    """``""`` or ``"a/b/"``; refuses parts that could climb out (``..``) or be ambiguous."""
+    stripped = prefix.strip("/")
+    if not stripped:
+        return ""
+    parts = stripped.split("/")
+    for part in parts:
+        if part in ("", ".", "..") or "\\" in part or "\x00" in part:
+            raise ValueError(
+                f"MinioStore prefix {prefix!r} is not a plain key prefix (no empty, '.' or "
+                f"'..' parts, no backslash or NUL)"
+            )
+    return stripped + "/"

@@ -10,9 +10,9 @@ import threading
 from collections import OrderedDict
 
 from .objects import Objects
-from .segments import Lines
 from .slots import (
     Header,
+    Lines,
     Piece,
     cover,
     encode_piece,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,12 +21,18 @@ from typing import Any
 from .. import jsonl
 
 __all__ = [
+    "INFO",
+    "LAYOUT",
     "MERGE_GROWTH",
     "Header",
+    "Lines",
     "Piece",
     "cover",
+    "doc_bytes",
     "encode_piece",
+    "lines_of",
     "merged_name",
+    "new_entries",
     "next_slot",
     "parse_header",
     "parse_piece_name",
@@ -34,6 +41,35 @@ __all__ = [
     "split_piece",
     "unneeded",
 ]
+
+INFO = "info.json"  # a State's commit point: it exists, and which incarnation is current
+LAYOUT = 2  # the "store" field of a layout-2 info.json
+
+Lines = list[tuple[int, bytes]]  # (seq, JSON line without newline), in seq order
+
+
+def doc_bytes(doc: dict[str, Any]) -> bytes:
+    """An ``info.json`` body; a random nonce makes every version's ETag unique (no ABA on
+    ``If-Match``)."""
+    return json.dumps({**doc, "nonce": secrets.token_hex(8)}).encode()
+
+
+def new_entries(state_id: str, entries: list[dict[str, Any]], have: int) -> list[dict[str, Any]]:
+    """The entries at or after seq ``have``; they must follow on without a gap."""
+    new = sorted((e for e in entries if int(e["seq"]) >= have), key=lambda e: int(e["seq"]))
+    for index, entry in enumerate(new):
+        if int(entry["seq"]) != have + index:
+            raise ValueError(
+                f"State {state_id!r}: the store has {have} entries, so the next one is seq "
+                f"{have + index}, not {entry['seq']}"
+            )
+    return new
+
+
+def lines_of(entries: Iterable[dict[str, Any]]) -> Lines:
+    """Entries as the (seq, line) pairs of a segment."""
+    return [(int(entry["seq"]), jsonl.encode_line(entry)) for entry in entries]
+
 
 MERGE_GROWTH = 2.0
 """An older object joins a merge while it is at most this many times the merged size."""

@@ -1,0 +1,132 @@
+"""The context a request carries: the model's window, prompt caching, compaction settings.
+
+A long run stays inside its model's window in two large steps (:class:`Compaction`):
+first the results of older tool calls are cleared from the request (the history keeps
+every byte; the request carries a short placeholder naming the entry), then, if that is
+not enough, older turns are replaced by a model-written summary. Both are saved as
+entries before a request uses them, so a resumed run sends what the lost one would have.
+
+Prompt caching (:func:`with_cache_breakpoints`) marks at most four places of a request:
+the tools, the system prompt, the end of the previous request (so its cache is read
+however many blocks the last turn added) and the end of this one (written for the next).
+The request is a pure function of the saved history, so a resumed pod's first request
+reads what the lost pod wrote.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from .usage import CacheTTL
+
+__all__ = [
+    "DEFAULT_WINDOW",
+    "WINDOWS",
+    "Compaction",
+    "UnknownModelWarning",
+    "window_for",
+    "with_cache_breakpoints",
+]
+
+WINDOWS: tuple[tuple[str, int], ...] = (("claude-", 200_000),)
+"""Known models' context windows in tokens, by model id prefix (the longest prefix that
+matches wins). A larger window (a beta's 1M) is given with ``Agent(context_window=...)``
+or ``spec.contextWindow``."""
+DEFAULT_WINDOW = 100_000
+"""The window assumed for a model no table knows: small on purpose, so such a run
+compacts early rather than being refused."""
+TOKENS_PER_CHAR = 1 / 3
+"""Tokens per character of a request's JSON before a reply has measured it: more than
+the usual 1/4, so a first estimate errs on the side of compacting."""
+
+
+class UnknownModelWarning(UserWarning):
+    """A model with no known context window: the run assumes :data:`DEFAULT_WINDOW`."""
+
+
+def window_for(model: str, given: int | None = None) -> int:
+    """The context window of ``model`` in tokens: ``given`` if set, else the table's.
+
+    A model the table does not know gets a warning and :data:`DEFAULT_WINDOW`."""
+    if given is not None:
+        if isinstance(given, bool) or given < 1024:
+            raise ValueError(f"context_window must be at least 1024 tokens, not {given!r}")
+        return given
+    matches = [(prefix, size) for prefix, size in WINDOWS if model.startswith(prefix)]
+    if matches:
+        return max(matches, key=lambda match: len(match[0]))[1]
+    warnings.warn(
+        f"model {model!r} has no known context window: assuming {DEFAULT_WINDOW} tokens; "
+        f"give the real one with context_window= (spec.contextWindow)",
+        UnknownModelWarning,
+        stacklevel=3,
+    )
+    return DEFAULT_WINDOW
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """When and how a run keeps its requests inside the model's window.
+
+    Before a request whose estimated size passes ``trigger`` (a fraction of the window),
+    the run clears the results of older tool calls, keeping the newest ``keep_results``;
+    if the request is then still above ``target``, it replaces older turns by a summary
+    the model writes, keeping the last ``keep_turns`` turns as they are. A request the
+    API refuses as too long compacts the same way, then is sent again once.
+    ``clear_results=False`` or ``summarize=False`` leaves a step out.
+    """
+
+    trigger: float = 0.75
+    target: float = 0.5
+    keep_results: int = 3
+    keep_turns: int = 3
+    clear_results: bool = True
+    summarize: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target <= self.trigger < 1:
+            raise ValueError(
+                f"Compaction needs 0 < target <= trigger < 1 (fractions of the window), "
+                f"not target={self.target!r}, trigger={self.trigger!r}"
+            )
+        if self.keep_results < 0 or self.keep_turns < 1:
+            raise ValueError("Compaction.keep_results must be >= 0 and keep_turns >= 1")
+
+
+def check_cache_ttl(ttl: object) -> CacheTTL | None:
+    """``"5m"``, ``"1h"`` or ``None`` (caching off), checked."""
+    if ttl is None or ttl in ("5m", "1h"):
+        return ttl
+    raise ValueError(f"prompt_cache must be '5m', '1h' or None (off), not {ttl!r}")
+
+
+def with_cache_breakpoints(request: dict[str, Any], ttl: CacheTTL) -> dict[str, Any]:
+    """``request`` with ``cache_control`` on its tools, system prompt, the end of the
+    previous request and its own end; what it shares with the caller is left unchanged."""
+    control: dict[str, Any] = (
+        {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
+    )
+    marked = dict(request)
+    if tools := request.get("tools"):
+        marked["tools"] = [*tools[:-1], {**tools[-1], "cache_control": control}]
+    if system := request.get("system"):
+        blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
+        blocks[-1] = {**blocks[-1], "cache_control": control}
+        marked["system"] = blocks
+    messages = list(request["messages"])
+    # The previous request ended with the user message before the last reply.
+    ends = [len(messages) - 1]
+    if len(messages) >= 3 and messages[-2]["role"] == "assistant":
+        ends.insert(0, len(messages) - 3)
+    for index in ends:
+        message = messages[index]
+        content = message["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        if not blocks:
+            continue
+        blocks[-1] = {**blocks[-1], "cache_control": control}
+        messages[index] = {**message, "content": blocks}
+    marked["messages"] = messages
+    return marked
