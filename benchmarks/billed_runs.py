@@ -15,6 +15,7 @@ sums what the run would be billed for its input, in input-price units (cache wri
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -250,14 +251,30 @@ def ours_agent(
     )
 
 
+@contextlib.contextmanager
+def _model_at(url: str) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")}
+    os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="x")
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run_ours(setting: str, turns: int, window: int, folder: Path, *, cached: bool) -> BilledRun:
     """Our Agent on a FileStore in ``folder``, against a fresh billing server."""
     with billing_server(turns, window) as (server, responder):
-        client = anthropic.AsyncAnthropic(base_url=server.url, api_key="x", max_retries=0)
-        agent = ours_agent(FileStore(folder), client, window, cached=cached)
+        # The Agent makes its client from the environment, on the run's own event loop,
+        # and closes it there: a client made here would be closed after that loop is gone.
+        agent = ours_agent(FileStore(folder), None, window, cached=cached)
         began, refused = time.monotonic(), None
         try:
-            answer = agent.run(State(f"long-{turns}", [Message.user(FIRST_MESSAGE)]))
+            with _model_at(server.url):
+                answer = agent.run(State(f"long-{turns}", [Message.user(FIRST_MESSAGE)]))
         except Exception as error:
             refused = api_refusal(error)
             if refused is None:
