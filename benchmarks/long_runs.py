@@ -219,9 +219,13 @@ def targets(figures: LongRunFigures) -> dict[str, Row]:
     ours = [figures.runs[n][OURS.name] for n in lengths]
     rows["long-flat"] = Row(
         "our billed/uncached ratio as runs grow",
-        ", ".join(f"{r.ratio:.3f} at {n:,}" for n, r in zip(lengths, ours, strict=True)),
+        ", ".join(
+            f"{r.ratio:.3f} at {n:,}" + ("" if r.failed_at is None else f" ({r.outcome})")
+            for n, r in zip(lengths, ours, strict=True)
+        ),
         "the longest run's ratio falls or stays flat (within 5% of the one before)",
-        len(ours) < 2 or ours[-1].ratio <= ours[-2].ratio * FLAT_SLACK,
+        all(r.failed_at is None for r in ours)
+        and (len(ours) < 2 or ours[-1].ratio <= ours[-2].ratio * FLAT_SLACK),
     )
     largest = max(
         r.largest_prompt
@@ -268,7 +272,8 @@ def _window_row(figures: LongRunFigures) -> Row:
             r for r in runs.values() if r.setting.startswith("LangChain") and r.failed_at is None
         ]
         best = min(theirs, key=lambda r: r.input_units) if theirs else None
-        text = f"{length:,} turns: ours {_units(ours.input_units)} ({ours.ratio:.3f})"
+        text = f"{length:,} turns: ours {_units(ours.input_units)} ({ours.ratio:.3f}"
+        text += ")" if ours.failed_at is None else f", {ours.outcome})"
         if best is not None:
             text += f", LangChain's best finishing ({best.setting}) {_units(best.input_units)}"
             met = met and ours.input_units <= best.input_units
@@ -286,9 +291,11 @@ def _window_row(figures: LongRunFigures) -> Row:
 def peer_notes(figures: LongRunFigures) -> list[str]:
     """Where LangChain bills less than ours, or its figure flatters it."""
     notes = []
+    turn = figures.window_turn()
     for length, runs in sorted(figures.runs.items()):
         summary = runs.get(LANGCHAIN_SUMMARY.name)
-        if summary is not None and summary.summaries == 0 and summary.requests > length - 1:
+        past = turn is not None and length >= turn
+        if past and summary is not None and summary.summaries == 0:
             notes.append(
                 f"At {length:,} turns LangChain's SummarizationMiddleware never asked the "
                 "model for a summary: it trims what it summarizes to the last 4,000 tokens "
@@ -299,7 +306,6 @@ def peer_notes(figures: LongRunFigures) -> list[str]:
                 "summary when that is not enough."
             )
             break
-    turn = figures.window_turn()
     for length, runs in sorted(figures.runs.items()):
         ours = runs[OURS.name]
         cheaper = [
@@ -400,7 +406,8 @@ def plot(figures: LongRunFigures, path: Path) -> None:
         turns = [t for t, _ in points]
         billed = [units / 1e6 for _, units in points]
         style = "-" if run.setting.startswith("ours") else "--"
-        (line,) = ax.plot(turns, billed, style, label=f"{run.setting} ({run.outcome})")
+        ended = "finished" if run.failed_at is None else f"failed at turn {run.failed_at:,}"
+        (line,) = ax.plot(turns, billed, style, label=f"{run.setting} ({ended})")
         if run.failed_at is not None:
             ax.plot(turns[-1:], billed[-1:], "x", color=line.get_color(), markersize=10)
     ax.set_yscale("log")
