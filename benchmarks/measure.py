@@ -144,6 +144,8 @@ PEER_PACKAGES = (
     "langgraph-checkpoint-sqlite",
     "langgraph-checkpoint-postgres",
     "langchain-core",
+    "langchain",
+    "langchain-anthropic",
     "psycopg",
 )
 

@@ -13,6 +13,7 @@ from alpineagents import FileStore
 
 from . import (
     agent_cost,
+    long_runs,
     operator_scale,
     resume_latency,
     startup,
@@ -380,6 +381,14 @@ def agent(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | No
     )
 
 
+def long_run_bills(
+    page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | None
+) -> None:
+    """Billed input of long runs, ours vs LangChain's create_agent, and of a resume."""
+    page.order = ORDER
+    long_runs.section(page, work, sizes.long_runs)
+
+
 def not_measured(page: Page) -> None:
     """Targets whose section did not run (the real node and the operator need root and
     the bench's cluster binaries; they run with ``--only resume,operator``)."""
@@ -419,4 +428,5 @@ SECTIONS: dict[str, Section] = {
     "agent": agent,
     "resume": resume_latency.section,
     "operator": operator_scale.section,
+    "long-runs": long_run_bills,
 }

@@ -7,6 +7,9 @@ them import this module, so no section imports :mod:`.sections` back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 ORDER = [
     "bytes-sqlite",
@@ -21,7 +24,39 @@ ORDER = [
     "agent-cost",
     "resume-latency",
     "operator-scale",
+    # issue 22: long runs, billed (benchmarks/long_runs.py)
+    "long-cache",
+    "long-flat",
+    "long-window",
+    "long-largest",
+    "long-resume",
 ]
+
+
+@dataclass
+class LongRunSizes:
+    """The lengths the billed long runs are measured at, and the window they run against."""
+
+    lengths: list[int] = field(default_factory=lambda: [100, 500, 2_000])
+    langchain_max: int = 500  # LangChain's runs stop here: 2,000 turns would take too long
+    cache_turns: int = 120  # the length of the caching target (issue 22)
+    window: int = 200_000  # the Messages API's context window, in tokens
+    kill_at: int = 60
+    resume_turns: int = 80
+    plot: Path | None = REPO / "docs" / "long-runs-billing.png"
+
+    @classmethod
+    def quick(cls) -> LongRunSizes:
+        """A window of 12k tokens, so 60 turns of 2 KB results pass it."""
+        return cls(
+            lengths=[20, 60],
+            langchain_max=60,
+            cache_turns=20,
+            window=12_000,
+            kill_at=10,
+            resume_turns=20,
+            plot=None,
+        )
 
 
 @dataclass
@@ -36,6 +71,7 @@ class Sizes:
     resume_singles: int = 10  # rounds of one pod lost on the real node
     resume_burst: int = 30  # pods lost at once
     operator_runs: int = 1_000  # AgentRuns existing for the operator-scale figures
+    long_runs: LongRunSizes = field(default_factory=LongRunSizes)
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -48,4 +84,5 @@ class Sizes:
             resume_singles=2,
             resume_burst=3,
             operator_runs=50,
+            long_runs=LongRunSizes.quick(),
         )
