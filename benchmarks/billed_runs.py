@@ -26,6 +26,7 @@ from typing import Any
 import anthropic
 
 from alpineagents import Agent, FileStore, Message, State, tool
+from alpineagents.context import Compaction
 from alpineagents.testing import ModelServer, Reply, reply, tool_use
 from alpineagents.testing.billing import Bill
 
@@ -236,10 +237,20 @@ async def check_service(service: int) -> str:
     return result(service)
 
 
+DEFAULT_COMPACTION = Compaction()
+
+
 def ours_agent(
-    store: FileStore, client: Any, window: int, *, cached: bool, tools: list[Any] | None = None
+    store: FileStore,
+    client: Any,
+    window: int,
+    *,
+    cached: bool,
+    tools: list[Any] | None = None,
+    compaction: Compaction = DEFAULT_COMPACTION,
 ) -> Agent:
-    """Our Agent as a user writes it: the defaults, but for caching off in the baseline."""
+    """Our Agent as a user writes it: the defaults, but for caching off in the baseline
+    (and, for the same context kept as LangChain's summarization, its compaction)."""
     return Agent(
         MODEL,
         store,
@@ -247,6 +258,7 @@ def ours_agent(
         system=SYSTEM,
         client=client,
         context_window=window,
+        compaction=compaction,
         **({} if cached else {"prompt_cache": None}),
     )
 
@@ -265,12 +277,20 @@ def _model_at(url: str) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def run_ours(setting: str, turns: int, window: int, folder: Path, *, cached: bool) -> BilledRun:
+def run_ours(
+    setting: str,
+    turns: int,
+    window: int,
+    folder: Path,
+    *,
+    cached: bool,
+    compaction: Compaction = DEFAULT_COMPACTION,
+) -> BilledRun:
     """Our Agent on a FileStore in ``folder``, against a fresh billing server."""
     with billing_server(turns, window) as (server, responder):
         # The Agent makes its client from the environment, on the run's own event loop,
         # and closes it there: a client made here would be closed after that loop is gone.
-        agent = ours_agent(FileStore(folder), None, window, cached=cached)
+        agent = ours_agent(FileStore(folder), None, window, cached=cached, compaction=compaction)
         began, refused = time.monotonic(), None
         try:
             with _model_at(server.url):
@@ -350,9 +370,13 @@ class Setting:
     run: Callable[[int, int, Path], BilledRun]  # (turns, window, work folder)
 
 
-def _ours(name: str, cached: bool) -> Setting:
+def _ours(name: str, cached: bool, compaction: Compaction = DEFAULT_COMPACTION) -> Setting:
     return Setting(
-        name, "ours", lambda turns, window, work: run_ours(name, turns, window, work, cached=cached)
+        name,
+        "ours",
+        lambda turns, window, work: run_ours(
+            name, turns, window, work, cached=cached, compaction=compaction
+        ),
     )
 
 
@@ -364,8 +388,23 @@ def _theirs(name: str, kind: str) -> Setting:
 
 OURS = _ours("ours: Agent defaults (caching, compaction)", True)
 OURS_UNCACHED = _ours("ours: caching off", False)
+# LangChain's SummarizationMiddleware keeps its last 20 messages (10 turns) past its trigger:
+# ours kept to about that context, for the comparison at the same context kept.
+OURS_SMALL = _ours(
+    "ours: compaction to 10 turns (as LangChain's summarization keeps)",
+    True,
+    Compaction(target=0.05, keep_results=10, keep_turns=10),
+)
 LANGCHAIN = _theirs("LangChain create_agent", "default")
 LANGCHAIN_CACHE = _theirs("LangChain + prompt caching", "cache")
 LANGCHAIN_SUMMARY = _theirs("LangChain + summarization + caching", "summarize")
 LANGCHAIN_EDIT = _theirs("LangChain + context editing + caching", "edit")
-SETTINGS = [OURS, OURS_UNCACHED, LANGCHAIN, LANGCHAIN_CACHE, LANGCHAIN_SUMMARY, LANGCHAIN_EDIT]
+SETTINGS = [
+    OURS,
+    OURS_SMALL,
+    OURS_UNCACHED,
+    LANGCHAIN,
+    LANGCHAIN_CACHE,
+    LANGCHAIN_SUMMARY,
+    LANGCHAIN_EDIT,
+]

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .pod_contract import ENV_ENCRYPTION_KEYS, ENV_MCP_PREFIX
+from .pod_contract import CREDENTIAL_ENV, ENV_MCP_PREFIX
 from .tools import Tool
 
 NAMES = ("fetch_url", "read_file", "shell", "write_file")
@@ -36,18 +36,6 @@ WRITE_LIMIT = 1 << 20
 FETCH_TIMEOUT = 30.0
 FETCH_MAX_BYTES = 1 << 20
 """Bytes of a response body ``fetch_url`` reads; the rest is not downloaded."""
-
-# Credentials the runner's own process needs, never the model's commands.
-_SECRET_ENV = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "MINIO_ACCESS_KEY",
-    "MINIO_SECRET_KEY",
-    ENV_ENCRYPTION_KEYS,
-)
 
 
 class ToolFailed(Exception):
@@ -129,7 +117,7 @@ def _run_command(root: Path, command: str, timeout: float) -> str:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in _SECRET_ENV and not k.startswith(ENV_MCP_PREFIX)
+        if k not in CREDENTIAL_ENV and not k.startswith(ENV_MCP_PREFIX)
     }
     process = subprocess.Popen(
         ["/bin/sh", "-c", command],

@@ -61,6 +61,18 @@ ENV_ENCRYPTION_KEYS = "ALPINEAGENTS_ENCRYPTION_KEYS"
 ENV_SECRET_NAMES = "ALPINEAGENTS_SECRET_ENV"
 """Comma-separated names of the pod's variables that come from Secrets: the runner keeps
 their values out of its logs, the saved history and the termination message."""
+CREDENTIAL_ENV = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "MINIO_ACCESS_KEY",
+    "MINIO_SECRET_KEY",
+    ENV_ENCRYPTION_KEYS,
+)
+"""The runner's own credentials: masked in what it writes, never passed to the model's
+commands (also as their ``*_FILE`` forms)."""
 ENV_PRICES = "ALPINEAGENTS_PRICES"
 """A price table as JSON, ``{"model id prefix": {"input": USD, "output": USD}}`` per
 million tokens (the chart's ``runs.prices``): it overrides the runtime's own."""

@@ -26,23 +26,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from .pod_contract import ENV_ENCRYPTION_KEYS, ENV_MCP_PREFIX, ENV_SECRET_NAMES
+from .pod_contract import CREDENTIAL_ENV, ENV_ENCRYPTION_KEYS, ENV_MCP_PREFIX, ENV_SECRET_NAMES
 
 __all__ = ["MASK", "Redactor", "learn"]
 
 MASK = "***"
 
 _MIN_LENGTH = 8  # shorter values ("true", "1", "us-east-1") would mask ordinary words
-_KNOWN = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "MINIO_ACCESS_KEY",
-    "MINIO_SECRET_KEY",
-    ENV_ENCRYPTION_KEYS,
-)
+
 _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_KEY|CREDENTIAL", re.I)
 
 
@@ -81,7 +72,7 @@ class Redactor:
                 continue
             if (
                 name in named
-                or name in _KNOWN
+                or name in CREDENTIAL_ENV
                 or name.startswith(ENV_MCP_PREFIX)
                 or _SECRET_NAME.search(name)
             ):
@@ -89,7 +80,7 @@ class Redactor:
                     files.append(value)
                 else:
                     values.append(value)
-        files += [env[name + "_FILE"] for name in _KNOWN if env.get(name + "_FILE")]
+        files += [env[name + "_FILE"] for name in CREDENTIAL_ENV if env.get(name + "_FILE")]
         # A keyring is "id:key,id:key": each key is a secret of its own too.
         for item in re.split(r"[\s,]+", env.get(ENV_ENCRYPTION_KEYS, "")):
             values.append(item.partition(":")[2])
