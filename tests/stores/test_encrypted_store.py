@@ -213,6 +213,21 @@ def test_changed_or_moved_ciphertext_is_refused() -> None:
     assert [m.text for m in store.load("victim").messages] == ["first", "second"]
 
 
+def test_changed_readable_info_fields_are_refused(tmp_path: Path) -> None:
+    # stopped, parent_id and the counts stay readable (the operator and list read them)
+    # but are bound to the sealed part: changed, the info does not open.
+    inner = MemoryStore()
+    store = EncryptedStore(inner, keyring("k1"))
+    store.save(State("run", messages=[Message.user("hi")]))
+    record = inner.records["run"]
+    for field, value in (("stopped", "answered"), ("parent_id", "other"), ("turns", 99)):
+        inner.records["run"] = Record(record.entries, {**record.info, field: value})
+        with pytest.raises(DecryptionError, match="info"):
+            store.load("run")
+    inner.records["run"] = record
+    assert store.load("run").first_message == "hi"
+
+
 def test_plaintext_entries_are_refused_unless_asked_for(tmp_path: Path) -> None:
     FileStore(tmp_path).save(State("before", messages=[Message.user("saved in the clear")]))
     with pytest.raises(DecryptionError, match=r"not encrypted.*read_plaintext"):

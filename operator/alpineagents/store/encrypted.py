@@ -11,7 +11,9 @@ MinioStore, your own). What reaches the wrapped store:
   ``v`` (format), ``updated_at``, ``stopped``, ``parent_id``, ``entries``, ``turns`` and
   ``usage``: numbers, times and fixed words, none of them taken from the conversation,
   which the operator and ``list`` read to see how a run stands. Sealed:
-  ``first_message``, ``answer`` and any field not named above.
+  ``first_message``, ``answer`` and any field not named above. The readable fields are
+  the sealed part's associated data: one changed (``stopped``, ``parent_id``, a count)
+  makes the info fail to open instead of being read as genuine.
 
 ``key`` is the id of the key that sealed it, so keys rotate: a :class:`Keyring` holds
 every key that may still be needed to read, and the newest one seals all new writes.
@@ -62,6 +64,7 @@ __all__ = [
 KEYS_ENV = ENV_ENCRYPTION_KEYS
 """The environment variable holding the keyring (``KEYS_ENV + "_FILE"``: a file holding it)."""
 
+_BOUND, _BOUND_READABLE = "bound", "readable"  # the seal's note: readable fields are its AD
 READABLE_INFO = frozenset({"v", "updated_at", "stopped", "parent_id", "entries", "turns", "usage"})
 """Info fields kept readable: how a run stands, never words of the conversation."""
 
@@ -265,10 +268,12 @@ class EncryptedStore(WrappedStore):
 
 
 def seal_info(keyring: Keyring, state_id: str, info: Mapping[str, Any]) -> dict[str, Any]:
-    """``info`` with every field but :data:`READABLE_INFO` sealed into ``info["sealed"]``."""
+    """``info`` with every field but :data:`READABLE_INFO` sealed into ``info["sealed"]``,
+    the readable ones bound to it as associated data (changed, the info fails to open)."""
     readable = {k: v for k, v in info.items() if k in READABLE_INFO}
     rest = {k: v for k, v in info.items() if k not in READABLE_INFO}
-    return {**readable, SEALED: keyring.seal(_json(rest), _info_context(state_id))}
+    sealed = keyring.seal(_json(rest), _info_context(state_id, readable))
+    return {**readable, SEALED: {**sealed, _BOUND: _BOUND_READABLE}}
 
 
 def open_info(
@@ -282,8 +287,13 @@ def open_info(
             f"State {state_id!r}: its info is not encrypted; open the store with "
             f"read_plaintext=True to accept States saved without encryption"
         )
+    readable = {k: v for k, v in info.items() if k in READABLE_INFO}
+    sealed = info[SEALED]
+    # Infos sealed before the readable fields were bound open as they were sealed.
+    bound = isinstance(sealed, Mapping) and sealed.get(_BOUND) == _BOUND_READABLE
+    context = _info_context(state_id, readable) if bound else _info_context(state_id)
     try:
-        rest = json.loads(keyring.open(info[SEALED], _info_context(state_id)))
+        rest = json.loads(keyring.open(sealed, context))
     except DecryptionError as error:
         raise DecryptionError(f"State {state_id!r}, info: {error}") from None
     return {**{k: v for k, v in info.items() if k != SEALED}, **rest}
@@ -297,8 +307,11 @@ def _entry_context(state_id: str, seq: int) -> bytes:
     return b"alpineagents/entry/1\x00" + state_id.encode() + b"\x00" + str(seq).encode()
 
 
-def _info_context(state_id: str) -> bytes:
-    return b"alpineagents/info/1\x00" + state_id.encode()
+def _info_context(state_id: str, readable: Mapping[str, Any] | None = None) -> bytes:
+    if readable is None:
+        return b"alpineagents/info/1\x00" + state_id.encode()
+    fields = json.dumps(readable, sort_keys=True, separators=(",", ":")).encode()
+    return b"alpineagents/info/2\x00" + state_id.encode() + b"\x00" + fields
 
 
 def main(argv: Sequence[str] | None = None) -> int:
