@@ -388,12 +388,13 @@ def _theirs(name: str, kind: str) -> Setting:
 
 OURS = _ours("ours: Agent defaults (caching, compaction)", True)
 OURS_UNCACHED = _ours("ours: caching off", False)
-# LangChain's SummarizationMiddleware keeps its last 20 messages (10 turns) past its trigger:
-# ours kept to about that context, for the comparison at the same context kept.
+# LangChain's SummarizationMiddleware, triggered at 150k tokens of its own count (about
+# 128k of the server's), keeps its last 20 messages (10 turns): ours kept to the same
+# context, for the comparison at the same context kept.
 OURS_SMALL = _ours(
-    "ours: compaction to 10 turns (as LangChain's summarization keeps)",
+    "ours: the context LangChain's summarization keeps (trigger 0.64, 10 turns)",
     True,
-    Compaction(target=0.05, keep_results=10, keep_turns=10),
+    Compaction(trigger=0.64, target=0.05, keep_results=10, keep_turns=10),
 )
 LANGCHAIN = _theirs("LangChain create_agent", "default")
 LANGCHAIN_CACHE = _theirs("LangChain + prompt caching", "cache")

@@ -24,7 +24,7 @@ from .context import (
 from .interrupts import SignalsStopTheRun
 from .messages import Message, excerpt
 from .permissions import AskPerson, Policy, allow_all
-from .state import State, StopReason, ToolCall, error_text
+from .state import State, StopReason, ToolCall, cleared_text, error_text
 from .store.base import Store, check_owner
 from .tools import Tool, ToolOutput, as_tool, call, output
 from .toolsets import RunToolsets, Toolset
@@ -329,6 +329,8 @@ class Agent:
         if too_long is None and fits:
             return False
         target, changed = window * policy.target, False
+        # Summarize only when clearing cannot reach the target: it keeps more of the run.
+        exhausted = True
         if policy.clear_results:
             results = state.clearable_results()
             kept = results[len(results) - policy.keep_results :] if policy.keep_results else []
@@ -336,8 +338,9 @@ class Agent:
             through, saved = -1, 0
             for seq, size in cleared:
                 if estimate - saved * ratio <= target:
+                    exhausted = False
                     break
-                through, saved = seq, saved + size
+                through, saved = seq, saved + size - len(json.dumps(cleared_text(seq)))
             if through >= 0:
                 count = sum(1 for seq, _ in cleared if seq <= through)
                 state.add(
@@ -349,7 +352,8 @@ class Agent:
                 changed = True
                 _, chars = self._next_request(state, tools)
                 estimate = chars * ratio
-        if estimate > target and policy.summarize:
+        over = estimate > window * policy.trigger or estimate + self.max_tokens > window
+        if policy.summarize and estimate > target and (exhausted or over):
             changed = await self._summarize(state, tools, policy, window, ratio) or changed
         return changed
 
