@@ -304,7 +304,13 @@ def test_status_subresource_and_printer_columns(plane: ControlPlane) -> None:
                 "attempt": 2,
                 "lastSavedSeq": 14,
                 "answer": "All done.",
-                "usage": {"inputTokens": 10, "outputTokens": 3},
+                "usage": {
+                    "inputTokens": 10,
+                    "outputTokens": 3,
+                    "cacheCreationInputTokens": 100,
+                    "cacheReadInputTokens": 900,
+                },
+                "costUSD": "0.0012",
                 "pendingApprovals": [{"callId": "c", "name": "shell", "input": {"command": "ls"}}],
                 "conditions": [
                     {
@@ -329,12 +335,13 @@ def test_status_subresource_and_printer_columns(plane: ControlPlane) -> None:
         )
         wide = plane.kubectl("get", "ar", name, "-o", "wide").stdout
         header, row = wide.splitlines()[:2]
-        assert header.split()[:5] == ["NAME", "PHASE", "ATTEMPT", "SAVED", "AGE"]
+        assert header.split()[:6] == ["NAME", "PHASE", "ATTEMPT", "SAVED", "COST", "AGE"]
         assert "ANSWER" in header
-        assert row.split()[:4] == [name, "Succeeded", "2", "14"]
+        assert row.split()[:5] == [name, "Succeeded", "2", "14", "0.0012"]
         assert "All done." in row
         got = json.loads(plane.kubectl("get", "ar", name, "-o", "json").stdout)
         assert got["status"]["pendingApprovals"][0]["input"] == {"command": "ls"}
+        assert got["status"]["usage"]["cacheReadInputTokens"] == 900  # kept, not pruned
         # A status write through the main resource is ignored (status is a subresource).
         plane.kubectl(
             "patch", "agentrun", name, "--type=merge", "-p", '{"status": {"phase": "Failed"}}'

@@ -321,6 +321,7 @@ def test_the_termination_message_reports_the_run(
         "lastSavedSeq",
         "turns",
         "usage",
+        "costUSD",
         "answer",
         "error",
         "pendingApprovals",
@@ -331,6 +332,7 @@ def test_the_termination_message_reports_the_run(
     assert message["turns"] == 2 == state.turns
     assert message["usage"] == state.usage
     assert message["usage"]["input_tokens"] > 0
+    assert message["costUSD"] == round(state.cost_usd, 6) > 0
     assert len(message["answer"]) == 1000
     assert state.answer is not None and state.answer.startswith(message["answer"][:-1])
     assert message["error"] is None
@@ -496,7 +498,8 @@ def test_the_agent_field_runs_a_user_factory(
     assert runner.message["answer"] == "Noted."
     assert json.loads((workspace.work / "notes.jsonl").read_text()) == {"text": "buy milk"}
     first = model_server.requests[0].body
-    assert first["system"] == "You are the test's notes agent."  # the factory got the spec
+    # The factory got the spec (the system prompt goes as a block, to carry its cache mark).
+    assert [block["text"] for block in first["system"]] == ["You are the test's notes agent."]
     assert {t["name"] for t in first["tools"]} == {"add_note", "list_notes"}
 
 
