@@ -164,6 +164,14 @@ def test_a_crashed_and_resumed_run_shows_the_aborted_call_and_the_new_attempt(
     again = workspace.run(manifest)
     assert again.process.returncode == 0, again.stderr
 
+    # The list (store mode: no AgentRun counts attempts) tells the crash too.
+    page.goto(viewer.url)
+    expect(page.locator("#runs thead")).to_contain_text("Attempts")
+    job = page.locator('#runs tr[data-id="job"]')
+    expect(job.locator("td.attempts")).to_have_text("2")
+    expect(job.locator("td.aborted")).to_have_text("1")
+    expect(job.locator("td.aborted")).to_have_class(re.compile(r"\bcrashed\b"))
+
     page.goto(f"{viewer.url}runs/job")
     expect(page.locator("#answer")).to_contain_text("The orders table is migrated")
     expect(page.locator("#facts")).to_contain_text("2 attempts")

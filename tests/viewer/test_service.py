@@ -127,6 +127,9 @@ def test_a_killed_process_leaves_an_aborted_call_after_an_attempt_boundary(
     assert call["end"] == closing["time"] == record.entries[closing["seq"] - 1]["time"]
     assert boundary["start"] == after["time"] > call["end"]
     assert call["seq"] == closing["seq"]  # the row's # is the result's entry
+    # The runs list (store mode) counts what the page draws: the crash shows there too.
+    listed = asyncio.run(RunViewer(store).runs())["runs"]
+    assert [(r["id"], r["attempts"], r["aborted_calls"]) for r in listed] == [("report", 2, 1)]
 
 
 def test_a_stopped_run_run_again_is_a_new_attempt(
@@ -145,6 +148,8 @@ def test_a_stopped_run_run_again_is_a_new_attempt(
         ("resumed", "run again after it stopped (max_turns)")
     ]
     assert rows[-1]["attempt"] == 2
+    listed = asyncio.run(RunViewer(store).runs())["runs"]
+    assert [(r["attempts"], r["aborted_calls"]) for r in listed] == [(2, 0)]
 
 
 def test_a_timeline_fed_in_pieces_ends_as_the_one_fed_at_once(
@@ -219,6 +224,24 @@ async def test_following_a_run_reads_only_what_is_new(tmp_path: Path) -> None:
     # The first read_since(0) is one whole read; following never makes another.
     assert store.reads == 1
     assert store.tails[0] == 0 and set(store.tails[1:]) <= {1, 2}
+
+
+async def test_the_runs_list_counts_attempts_reading_only_what_is_new(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path)
+    state = State("counted", [Message.user("first")])
+    store.save(state)
+    viewer = RunViewer(store)
+    first = (await viewer.runs())["runs"]
+    assert [(r["attempts"], r["aborted_calls"]) for r in first] == [(1, 0)]
+    state.add("stop", "stopped: interrupted", {"reason": "interrupted"})
+    state.send("second")  # run again after the stop: a second attempt
+    store.save(state)
+    again = (await viewer.runs())["runs"]
+    assert [(r["attempts"], r["aborted_calls"]) for r in again] == [(2, 0)]
+    await viewer.runs()  # nothing new: nothing read
+    # Each list reads an open State's last entry (is it waiting for a resume?); the
+    # counts read the whole history at the first list, then only the entries saved since.
+    assert store.tails == [0, 0, 2, 1, 2]  # three lists: [0, 0], [2, 1], [2]
 
 
 async def test_a_long_run_opens_on_its_last_rows_and_gives_the_others_a_page_at_a_time(

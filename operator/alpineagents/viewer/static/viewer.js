@@ -139,7 +139,7 @@ function showRuns() {
     document.getElementById("count").textContent = `${shown.length} of ${runs.length} runs`;
     const head = cluster
       ? `<th class="col-id">Run</th><th class="col-status">Status</th><th class="col-phase">Phase</th><th class="col-tiny num">Attempt</th><th class="col-tiny num">Restarts</th><th class="col-tiny num">Age</th>`
-      : `<th class="col-id">Run</th><th class="col-status">Status</th>`;
+      : `<th class="col-id">Run</th><th class="col-status">Status</th><th class="col-tiny num" title="Processes that ran it: more than one means it was resumed after a stop or a crash">Attempts</th><th class="col-tiny num" title="Tool calls closed as aborted (its process was lost or interrupted)">Aborted</th>`;
     document.getElementById("runs").classList.toggle("cluster", cluster);
     document.querySelector("#runs thead").innerHTML = `<tr>${head}<th class="col-small num">Entries</th><th class="col-small num">Turns</th><th class="col-tokens num">Tokens in/out</th><th class="col-when">Updated</th><th class="col-prompt">Prompt</th></tr>`;
     document.querySelector("#runs tbody").innerHTML = shown.map((r) => {
@@ -152,7 +152,7 @@ function showRuns() {
       const name = r.saved ? `<a href="${runUrl(r.id)}" title="${esc(title)}">${esc(label)}</a>` : `<span title="not saved yet">${esc(label)}</span>`;
       const clusterCells = cluster
         ? `<td>${c ? badge(c.phase || "Pending", c.phase || "—") : ""}</td><td class="num">${c ? c.attempt : ""}</td><td class="num">${c ? c.restarts : ""}</td><td class="num">${c ? esc(age(c.created_at).replace(" ago", "")) : ""}</td>`
-        : "";
+        : `<td class="num attempts${r.attempts > 1 ? " crashed" : ""}">${r.attempts ?? ""}</td><td class="num aborted${r.aborted_calls ? " crashed" : ""}">${r.aborted_calls ?? ""}</td>`;
       return `<tr data-id="${esc(r.id)}"><td class="id">${nest}${name}${kids}</td><td>${badge(r.cluster ? r.stopped || (r.saved ? "open" : "Pending") : r.status)}</td>${clusterCells}<td class="num">${r.entries}</td><td class="num">${r.turns}</td><td class="num">${tokens(usage.input_tokens)} / ${tokens(usage.output_tokens)}</td><td title="${esc(r.updated_at || "")}">${esc(age(r.updated_at))}</td><td class="prompt" title="${esc(r.first_message || "")}">${esc(r.first_message || "")}</td></tr>`;
     }).join("") || `<tr><td colspan="12" class="count">No runs${runs.length ? " match" : " saved in this store yet"}.</td></tr>`;
   };
