@@ -351,3 +351,44 @@ def test_a_run_of_ten_thousand_entries_opens_and_scrolls(
     page.locator(".tl-row.call", has_text="error").first.click()
     expect(page.locator("#detail-body")).to_contain_text("failed")
     screenshots.take(page, "ui-run-10k")
+
+
+def test_a_long_run_is_searched_and_filtered_to_its_errors(
+    tmp_path: Path, viewers: Viewers, page: Any, screenshots: Screenshots
+) -> None:
+    store = FileStore(tmp_path / "runs")
+    write_long_run(store, "long-run", 10_000)  # every 50th turn's lint call fails: 49
+    viewer = viewers.start("--store", str(store.folder), "--no-cluster")
+    page.goto(f"{viewer.url}runs/long-run")
+    expect(page.locator("#facts")).to_contain_text("10000 entries")
+    count = page.locator("#row-count")
+
+    # The page holds only the rows in view: the server filters the whole run.
+    page.check("#errors-only")
+    expect(count).to_have_text(re.compile(r"^49 of \d+ rows$"))
+    expect(page.locator(".tl-row .seq").first).to_have_text("200")  # turn 50's lint result
+    expect(page.locator(".tl-row.pending")).to_have_count(0)
+    shown = page.locator(".tl-row").all_inner_texts()
+    assert shown and all("lint" in text and "error" in text for text in shown)
+    assert page.eval_on_selector("#spacer", "s => s.style.height") == f"{49 * 28}px"
+    screenshots.take(page, "ui-run-errors")
+    page.locator(".tl-row").nth(1).click()  # a filtered row opens its own entries
+    expect(page.locator("#detail-body")).to_contain_text("lint of f100.py: failed")
+    page.keyboard.press("Escape")
+
+    # A search (any case) with errors only, then alone.
+    page.fill("#row-search", "F1250.PY")
+    expect(count).to_have_text(re.compile(r"^1 of \d+ rows$"))
+    expect(page.locator(".tl-row")).to_have_count(1)
+    expect(page.locator(".tl-row")).to_contain_text("lint of f1250.py: failed")
+    page.uncheck("#errors-only")
+    expect(count).to_have_text(re.compile(r"^2 of \d+ rows$"))
+    expect(page.locator(".tl-row", has_text="read_file of f1250.py: fine")).to_be_visible()
+    page.fill("#row-search", "no such words")
+    expect(count).to_have_text(re.compile(r"^0 of \d+ rows match$"))
+    expect(page.locator(".tl-row")).to_have_count(0)
+
+    # No filter: the whole run again, at its end.
+    page.fill("#row-search", "")
+    expect(count).to_have_text("")
+    expect(page.locator(".tl-row.stop")).to_be_visible()

@@ -21,6 +21,7 @@ from alpineagents.state import check_format
 
 from .attempts import RunCounts
 from .cluster import Answer, Cluster, ClusterError, ClusterRun
+from .row_filter import RowFilter, filtered_page
 from .timeline import JSON, ROW_COLUMNS, WAITING_FOR_RESUME, Row, Timeline
 
 FAST_POLL = 0.25  # seconds between two reads of a run that is going
@@ -326,9 +327,15 @@ class RunViewer:
         finally:
             del self._followed[follow_id]
 
-    def page(self, state_id: str, follow_id: str, start: int, end: int) -> JSON:
+    def page(
+        self, state_id: str, follow_id: str, start: int, end: int, keep: RowFilter | None = None
+    ) -> JSON:
         """Rows ``start`` to ``end`` (positions; widened to whole turns) of the run that
-        the follow ``follow_id`` of :meth:`follow` shows, as the page gets rows."""
+        the follow ``follow_id`` of :meth:`follow` shows, as the page gets rows.
+
+        With a ``keep`` that filters (a search, errors only), the positions are those of
+        the rows it keeps; see :func:`~alpineagents.viewer.row_filter.filtered_page`.
+        """
         followed = self._followed.get(follow_id)
         if followed is None or followed[0] != state_id:
             raise ViewerError(
@@ -338,6 +345,8 @@ class RunViewer:
         if start < 0 or end < start or end - start > PAGE_LIMIT:
             raise ViewerError(f"ask for 0 to {PAGE_LIMIT} rows from position 0 or more")
         timeline = followed[1]
+        if keep:
+            return filtered_page(timeline, keep, start, end)
         return {
             "columns": ROW_COLUMNS,
             "rows": [row.as_list() for row in timeline.page(start, end)],
