@@ -392,3 +392,52 @@ def test_a_long_run_is_searched_and_filtered_to_its_errors(
     page.fill("#row-search", "")
     expect(count).to_have_text("")
     expect(page.locator(".tl-row.stop")).to_be_visible()
+
+
+def _shows_whole(page: Any, selector: str) -> bool:
+    """Whether the element's text is drawn whole: not cut by an ellipsis, nor by a box
+    around it that hides what overflows, nor by the window's edge."""
+    return bool(
+        page.eval_on_selector(
+            selector,
+            """e => {
+                const box = e.getBoundingClientRect();
+                if (box.width === 0 || box.right > window.innerWidth + 1) return false;
+                for (let a = e; a; a = a.parentElement) {
+                    const clips = a === e || getComputedStyle(a).overflowX !== "visible";
+                    if (clips && a.scrollWidth > a.clientWidth + 1 && a.clientWidth > 0) return false;
+                }
+                return true;
+            }""",
+        )
+    )
+
+
+def test_a_run_id_stays_readable_on_a_narrow_window(
+    tmp_path: Path,
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    viewers: Viewers,
+    page: Any,
+    screenshots: Screenshots,
+) -> None:
+    store = FileStore(tmp_path / "runs")
+    make_runs(store, model_server, model_client)
+    viewer = viewers.start("--store", str(store.folder), "--no-cluster")
+    page.set_viewport_size({"width": 420, "height": 800})
+    page.goto(viewer.url)
+    child = page.locator('#runs tbody tr[data-id^="weather-report."]').get_attribute("data-id")
+    assert child and len(child) > 20  # a subagent's id: its parent's and a suffix
+    screenshots.take(page, "ui-runs-narrow")
+    for state_id in ("weather-report", child):
+        link = f'#runs tr[data-id="{state_id}"] td.id a'
+        expect(page.locator(link)).to_have_attribute("title", state_id)
+        assert _shows_whole(page, link), f"{state_id} is cut in the list"
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+    page.goto(f"{viewer.url}runs/{child}")
+    expect(page.locator(".run-head h1 .id")).to_have_text(child)
+    expect(page.locator("#answer")).to_contain_text("Bern")
+    screenshots.take(page, "ui-run-narrow")
+    assert _shows_whole(page, ".run-head h1 .id"), "the id is cut on its page"
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")

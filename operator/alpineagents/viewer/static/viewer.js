@@ -153,7 +153,7 @@ function showRuns() {
       const clusterCells = cluster
         ? `<td>${c ? badge(c.phase || "Pending", c.phase || "—") : ""}</td><td class="num">${c ? c.attempt : ""}</td><td class="num">${c ? c.restarts : ""}</td><td class="num">${c ? esc(age(c.created_at).replace(" ago", "")) : ""}</td>`
         : `<td class="num attempts${r.attempts > 1 ? " crashed" : ""}">${r.attempts ?? ""}</td><td class="num aborted${r.aborted_calls ? " crashed" : ""}">${r.aborted_calls ?? ""}</td>`;
-      return `<tr data-id="${esc(r.id)}"><td class="id">${nest}${name}${kids}</td><td>${badge(r.cluster ? r.stopped || (r.saved ? "open" : "Pending") : r.status)}</td>${clusterCells}<td class="num">${r.entries}</td><td class="num">${r.turns}</td><td class="num">${tokens(usage.input_tokens)} / ${tokens(usage.output_tokens)}</td><td title="${esc(r.updated_at || "")}">${esc(age(r.updated_at))}</td><td class="prompt" title="${esc(r.first_message || "")}">${esc(r.first_message || "")}</td></tr>`;
+      return `<tr data-id="${esc(r.id)}"><td class="id">${nest}${name}${kids}</td><td>${badge(r.cluster ? r.stopped || (r.saved ? "open" : "Pending") : r.status)}</td>${clusterCells}<td class="num col-small">${r.entries}</td><td class="num col-small">${r.turns}</td><td class="num col-tokens">${tokens(usage.input_tokens)} / ${tokens(usage.output_tokens)}</td><td class="col-when" title="${esc(r.updated_at || "")}">${esc(age(r.updated_at))}</td><td class="prompt" title="${esc(r.first_message || "")}">${esc(r.first_message || "")}</td></tr>`;
     }).join("") || `<tr><td colspan="12" class="count">No runs${runs.length ? " match" : " saved in this store yet"}.</td></tr>`;
   };
   const load = async () => {
