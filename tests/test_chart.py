@@ -507,6 +507,16 @@ def test_the_viewer_is_off_by_default_and_read_only_unless_approvals_are_allowed
     ]
     assert service["spec"]["type"] == "ClusterIP"
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(80, "http")]
+    # The bundled MinIO lets it in (its NetworkPolicy admits only who reads the store).
+    (minio_policy,) = [
+        p for p in _kinds(objects)["NetworkPolicy"] if p["metadata"]["name"].endswith("-minio")
+    ]
+    sources = minio_policy["spec"]["ingress"][0]["from"]
+    assert [s["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for s in sources] == [
+        "operator",
+        "viewer",
+        "agent-run",
+    ]
 
     answering = helm.template(CASES["viewer-answers-cluster-wide"](namespaces))
     _, command = _viewer(answering)

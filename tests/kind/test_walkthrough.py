@@ -11,19 +11,23 @@ what runs here), with what this machine needs on top, each said where it happens
   no network?" option, and MinIO's image (pulled from quay.io by users) is the bench's
   MinIO build, put on the node with ``kind load`` under the chart's image name.
 
-The watch (``kubectl get ar -w``) is replaced by ``kubectl wait`` for the phases it shows.
+The watch (``kubectl get ar -w``) is replaced by ``kubectl wait`` for the phases it shows;
+the viewer's ``kubectl port-forward`` runs in the background (the walkthrough's "until
+Ctrl+C") while its ``curl`` reads the runs list.
 The cluster ``kind create cluster --config kind-config.yaml`` makes must have one Ready
 node, and ``kind delete cluster`` must remove it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -118,8 +122,56 @@ class Shell:
         assert result.returncode == 0, f"`{line}` failed ({result.returncode}):\n{result.stdout}"
         return result.stdout
 
+    @contextlib.contextmanager
+    def background(self, line: str) -> Iterator[Background]:
+        """``line`` running meanwhile (as in a second terminal); stopped at the end."""
+        process = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", f"exec {line}"],
+            cwd=REPO,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            yield Background(process)
+        finally:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
-def test_walkthrough_run_survives_its_pods_deletion(kind_bench: KindBench, tmp_path: Path) -> None:
+
+class Background:
+    """A command of the walkthrough that keeps running (``kubectl port-forward``)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.lines: list[str] = []
+
+    def prints(self, text: str, timeout: float = 120) -> bool:
+        """Read its output until a line holds ``text`` (False: it ended, or time ran out)."""
+        assert self.process.stdout is not None
+        timer = threading.Timer(timeout, self.process.kill)
+        timer.start()
+        try:
+            for line in self.process.stdout:
+                self.lines.append(line)
+                if text in line:
+                    return True
+            return False
+        finally:
+            timer.cancel()
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+
+def test_walkthrough_run_survives_its_pods_deletion_and_shows_in_the_viewer(
+    kind_bench: KindBench, tmp_path: Path
+) -> None:
     docker = kind_bench.docker
     kubeconfig = tmp_path / "kubeconfig"
     config = config_for_our_machines(REPO / "kind-config.yaml", tmp_path / "kind-config.yaml")
@@ -156,8 +208,12 @@ def test_walkthrough_run_survives_its_pods_deletion(kind_bench: KindBench, tmp_p
         sh(f"kind load docker-image {minio_image} --name {CLUSTER}", timeout=900)
         # 3. The chart, with the echo model instead of an API key.
         sh(command("helm install alpineagents") + " --set echoModel.enabled=true", timeout=600)
-        sh(command("kubectl -n agents rollout status deployment/") + " --timeout=600s")
-        sh(command("kubectl -n agents rollout status statefulset/") + " --timeout=600s")
+        for rollout in (
+            "deployment/alpineagents-operator",
+            "statefulset/",
+            "deployment/alpineagents-viewer",
+        ):
+            sh(command(f"kubectl -n agents rollout status {rollout}") + " --timeout=600s")
         # 4. A run.
         sh(command("kubectl -n agents apply -f examples/agentrun.yaml"))
         wait = "kubectl -n agents wait ar/disk-report --timeout=600s --for=jsonpath="
@@ -181,6 +237,15 @@ def test_walkthrough_run_survives_its_pods_deletion(kind_bench: KindBench, tmp_p
         assert password.strip(), "MinIO's generated root password is empty"
         # kind-config.yaml's port mapping: MinIO's S3 API on the machine's loopback.
         assert minio_answers("http://127.0.0.1:9000/minio/health/live")
+        # 7. The run viewer, through kubectl port-forward (running until it is stopped),
+        # lists the run with its AgentRun, both attempts and the answer.
+        with sh.background(command("kubectl -n agents port-forward service/")) as forward:
+            assert forward.prints("Forwarding from 127.0.0.1:8765"), forward.output()
+            listed = json.loads(sh(command("curl -s http://127.0.0.1:8765/api/runs")))
+        [run] = [r for r in listed["runs"] if (r["cluster"] or {}).get("name") == "disk-report"]
+        assert run["saved"] and run["stopped"] == "answered", run
+        assert run["cluster"]["phase"] == "Succeeded" and run["cluster"]["attempt"] == 2, run
+        assert listed["cluster_error"] is None, listed["cluster_error"]
     except AssertionError as failure:
         raise AssertionError(
             f"{failure}\n--- node journal ---\n{node_logs(docker, CLUSTER)}"

@@ -164,6 +164,14 @@ def test_a_crashed_and_resumed_run_shows_the_aborted_call_and_the_new_attempt(
     again = workspace.run(manifest)
     assert again.process.returncode == 0, again.stderr
 
+    # The list (store mode: no AgentRun counts attempts) tells the crash too.
+    page.goto(viewer.url)
+    expect(page.locator("#runs thead")).to_contain_text("Attempts")
+    job = page.locator('#runs tr[data-id="job"]')
+    expect(job.locator("td.attempts")).to_have_text("2")
+    expect(job.locator("td.aborted")).to_have_text("1")
+    expect(job.locator("td.aborted")).to_have_class(re.compile(r"\bcrashed\b"))
+
     page.goto(f"{viewer.url}runs/job")
     expect(page.locator("#answer")).to_contain_text("The orders table is migrated")
     expect(page.locator("#facts")).to_contain_text("2 attempts")
@@ -343,3 +351,93 @@ def test_a_run_of_ten_thousand_entries_opens_and_scrolls(
     page.locator(".tl-row.call", has_text="error").first.click()
     expect(page.locator("#detail-body")).to_contain_text("failed")
     screenshots.take(page, "ui-run-10k")
+
+
+def test_a_long_run_is_searched_and_filtered_to_its_errors(
+    tmp_path: Path, viewers: Viewers, page: Any, screenshots: Screenshots
+) -> None:
+    store = FileStore(tmp_path / "runs")
+    write_long_run(store, "long-run", 10_000)  # every 50th turn's lint call fails: 49
+    viewer = viewers.start("--store", str(store.folder), "--no-cluster")
+    page.goto(f"{viewer.url}runs/long-run")
+    expect(page.locator("#facts")).to_contain_text("10000 entries")
+    count = page.locator("#row-count")
+
+    # The page holds only the rows in view: the server filters the whole run.
+    page.check("#errors-only")
+    expect(count).to_have_text(re.compile(r"^49 of \d+ rows$"))
+    expect(page.locator(".tl-row .seq").first).to_have_text("200")  # turn 50's lint result
+    expect(page.locator(".tl-row.pending")).to_have_count(0)
+    shown = page.locator(".tl-row").all_inner_texts()
+    assert shown and all("lint" in text and "error" in text for text in shown)
+    assert page.eval_on_selector("#spacer", "s => s.style.height") == f"{49 * 28}px"
+    screenshots.take(page, "ui-run-errors")
+    page.locator(".tl-row").nth(1).click()  # a filtered row opens its own entries
+    expect(page.locator("#detail-body")).to_contain_text("lint of f100.py: failed")
+    page.keyboard.press("Escape")
+
+    # A search (any case) with errors only, then alone.
+    page.fill("#row-search", "F1250.PY")
+    expect(count).to_have_text(re.compile(r"^1 of \d+ rows$"))
+    expect(page.locator(".tl-row")).to_have_count(1)
+    expect(page.locator(".tl-row")).to_contain_text("lint of f1250.py: failed")
+    page.uncheck("#errors-only")
+    expect(count).to_have_text(re.compile(r"^2 of \d+ rows$"))
+    expect(page.locator(".tl-row", has_text="read_file of f1250.py: fine")).to_be_visible()
+    page.fill("#row-search", "no such words")
+    expect(count).to_have_text(re.compile(r"^0 of \d+ rows match$"))
+    expect(page.locator(".tl-row")).to_have_count(0)
+
+    # No filter: the whole run again, at its end.
+    page.fill("#row-search", "")
+    expect(count).to_have_text("")
+    expect(page.locator(".tl-row.stop")).to_be_visible()
+
+
+def _shows_whole(page: Any, selector: str) -> bool:
+    """Whether the element's text is drawn whole: not cut by an ellipsis, nor by a box
+    around it that hides what overflows, nor by the window's edge."""
+    return bool(
+        page.eval_on_selector(
+            selector,
+            """e => {
+                const box = e.getBoundingClientRect();
+                if (box.width === 0 || box.right > window.innerWidth + 1) return false;
+                for (let a = e; a; a = a.parentElement) {
+                    const clips = a === e || getComputedStyle(a).overflowX !== "visible";
+                    if (clips && a.scrollWidth > a.clientWidth + 1 && a.clientWidth > 0) return false;
+                }
+                return true;
+            }""",
+        )
+    )
+
+
+def test_a_run_id_stays_readable_on_a_narrow_window(
+    tmp_path: Path,
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    viewers: Viewers,
+    page: Any,
+    screenshots: Screenshots,
+) -> None:
+    store = FileStore(tmp_path / "runs")
+    make_runs(store, model_server, model_client)
+    viewer = viewers.start("--store", str(store.folder), "--no-cluster")
+    page.set_viewport_size({"width": 420, "height": 800})
+    page.goto(viewer.url)
+    child = page.locator('#runs tbody tr[data-id^="weather-report."]').get_attribute("data-id")
+    assert child and len(child) > 20  # a subagent's id: its parent's and a suffix
+    screenshots.take(page, "ui-runs-narrow")
+    for state_id in ("weather-report", child):
+        link = f'#runs tr[data-id="{state_id}"] td.id a'
+        expect(page.locator(link)).to_have_attribute("title", state_id)
+        assert _shows_whole(page, link), f"{state_id} is cut in the list"
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+    page.goto(f"{viewer.url}runs/{child}")
+    expect(page.locator(".run-head h1 .id")).to_have_text(child)
+    expect(page.locator("#answer")).to_contain_text("Bern")
+    screenshots.take(page, "ui-run-narrow")
+    assert _shows_whole(page, ".run-head h1 .id"), "the id is cut on its page"
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")

@@ -22,6 +22,7 @@ from alpineagents import Agent, FileStore, Message, Permissions, Record, State, 
 from alpineagents.testing import ModelServer, reply, tool_use
 from alpineagents.viewer import RunViewer, Timeline, ViewerError, service
 from alpineagents.viewer.cluster import Answer, ClusterRun, approvals_patch
+from alpineagents.viewer.row_filter import RowFilter
 from alpineagents.viewer.service import run_listings
 from tests.bench.browser import write_long_run
 from tests.paths import REPO
@@ -127,6 +128,9 @@ def test_a_killed_process_leaves_an_aborted_call_after_an_attempt_boundary(
     assert call["end"] == closing["time"] == record.entries[closing["seq"] - 1]["time"]
     assert boundary["start"] == after["time"] > call["end"]
     assert call["seq"] == closing["seq"]  # the row's # is the result's entry
+    # The runs list (store mode) counts what the page draws: the crash shows there too.
+    listed = asyncio.run(RunViewer(store).runs())["runs"]
+    assert [(r["id"], r["attempts"], r["aborted_calls"]) for r in listed] == [("report", 2, 1)]
 
 
 def test_a_stopped_run_run_again_is_a_new_attempt(
@@ -145,6 +149,8 @@ def test_a_stopped_run_run_again_is_a_new_attempt(
         ("resumed", "run again after it stopped (max_turns)")
     ]
     assert rows[-1]["attempt"] == 2
+    listed = asyncio.run(RunViewer(store).runs())["runs"]
+    assert [(r["attempts"], r["aborted_calls"]) for r in listed] == [(2, 0)]
 
 
 def test_a_timeline_fed_in_pieces_ends_as_the_one_fed_at_once(
@@ -221,6 +227,24 @@ async def test_following_a_run_reads_only_what_is_new(tmp_path: Path) -> None:
     assert store.tails[0] == 0 and set(store.tails[1:]) <= {1, 2}
 
 
+async def test_the_runs_list_counts_attempts_reading_only_what_is_new(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path)
+    state = State("counted", [Message.user("first")])
+    store.save(state)
+    viewer = RunViewer(store)
+    first = (await viewer.runs())["runs"]
+    assert [(r["attempts"], r["aborted_calls"]) for r in first] == [(1, 0)]
+    state.add("stop", "stopped: interrupted", {"reason": "interrupted"})
+    state.send("second")  # run again after the stop: a second attempt
+    store.save(state)
+    again = (await viewer.runs())["runs"]
+    assert [(r["attempts"], r["aborted_calls"]) for r in again] == [(2, 0)]
+    await viewer.runs()  # nothing new: nothing read
+    # Each list reads an open State's last entry (is it waiting for a resume?); the
+    # counts read the whole history at the first list, then only the entries saved since.
+    assert store.tails == [0, 0, 2, 1, 2]  # three lists: [0, 0], [2, 1], [2]
+
+
 async def test_a_long_run_opens_on_its_last_rows_and_gives_the_others_a_page_at_a_time(
     tmp_path: Path,
 ) -> None:
@@ -268,6 +292,41 @@ async def test_a_long_run_opens_on_its_last_rows_and_gives_the_others_a_page_at_
     await updates.aclose()
     with pytest.raises(ViewerError, match="reload"):  # a follow that ended keeps nothing
         viewer.page("long", first.follow_id, 0, 10)
+
+
+async def test_a_search_and_errors_only_filter_the_whole_run_a_page_at_a_time(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path)
+    write_long_run(store, "long", 10_000)  # every 50th turn's lint call fails: 49 of them
+    viewer = RunViewer(store)
+    updates = viewer.follow("long")
+    first = await anext(updates)
+    assert first.follow_id is not None
+    errors = RowFilter(errors_only=True)
+    pages = [viewer.page("long", first.follow_id, at, at + 20, errors) for at in (0, 20, 40)]
+    assert [len(page["matches"]) for page in pages] == [20, 20, 9]
+    assert {page["total_rows"] for page in pages} == {49}
+    kept = [order for page in pages for order in page["matches"]]
+    assert kept == sorted(set(kept))  # in timeline order, each once
+    for page in pages:
+        rows = {row[0]: dict(zip(page["columns"], row, strict=True)) for row in page["rows"]}
+        assert all(
+            rows[o]["status"] == "error" and rows[o]["title"] == "lint" for o in page["matches"]
+        )
+        # Each kept row comes with the rest of its turn: its bar is drawn in the turn's window.
+        assert {r["turn"] for r in rows.values()} == {rows[o]["turn"] for o in page["matches"]}
+        assert {r["kind"] for r in rows.values()} == {"model", "call"}
+    # A search is any case, over a row's text; both filters together keep what both keep.
+    found = viewer.page("long", first.follow_id, 0, 200, RowFilter("F1234.PY"))
+    assert found["total_rows"] == 2
+    texts = [dict(zip(found["columns"], r, strict=True))["text"] for r in found["rows"]]
+    assert all("f1234.py" in text for text in texts[1:]) and len(texts) == 3
+    both = viewer.page("long", first.follow_id, 0, 200, RowFilter("f1250.py", errors_only=True))
+    assert both["total_rows"] == 1
+    nothing = viewer.page("long", first.follow_id, 0, 200, RowFilter("no such words"))
+    assert nothing == {**nothing, "total_rows": 0, "matches": [], "rows": []}
+    await updates.aclose()
 
 
 async def test_entries_gives_whole_entries_and_unknown_ids_say_so(tmp_path: Path) -> None:

@@ -19,7 +19,9 @@ from alpineagents import State, StateInfo, Store, collection
 from alpineagents.liveness import is_running
 from alpineagents.state import check_format
 
+from .attempts import RunCounts
 from .cluster import Answer, Cluster, ClusterError, ClusterRun
+from .row_filter import RowFilter, filtered_page
 from .timeline import JSON, ROW_COLUMNS, WAITING_FOR_RESUME, Row, Timeline
 
 FAST_POLL = 0.25  # seconds between two reads of a run that is going
@@ -27,6 +29,7 @@ SLOW_POLL = 1.0  # ... of a run that stopped (it may be resumed)
 CLUSTER_EVERY = 2.0  # seconds between two reads of a followed run's AgentRun
 FIRST_ROWS = 120  # rows of a run's first message: the screenful it opens on, and more
 PAGE_LIMIT = 1000  # rows one page request may ask for
+COUNT_READS = 8  # histories read at once to count the runs list's attempts
 
 
 class ViewerError(Exception):
@@ -58,6 +61,11 @@ class RunListing:
     """For an open State: ``waiting_for_resume`` when a person answered the calls it
     stopped for, else ``running`` or ``lost`` when its run lock tells (see
     :mod:`alpineagents.liveness`), else None."""
+    attempts: int | None = None
+    """In store mode (no cluster): how many processes ran it (see
+    :mod:`alpineagents.viewer.attempts`); None when unknown."""
+    aborted_calls: int | None = None
+    """In store mode: its tool calls closed as aborted (a crash or an interrupt)."""
 
     def to_json(self) -> JSON:
         return {
@@ -75,6 +83,8 @@ class RunListing:
             "saved": self.saved,
             "cluster": self.cluster.to_json() if self.cluster else None,
             "process": self.process,
+            "attempts": self.attempts,
+            "aborted_calls": self.aborted_calls,
         }
 
 
@@ -195,6 +205,9 @@ class RunViewer:
         self.slow_poll = slow_poll
         self._followed: dict[str, tuple[str, Timeline]] = {}
         """The timelines of the runs being followed, by follow id: what pages come from."""
+        self._counts: dict[str, RunCounts] = {}
+        """Each listed State's attempts and aborted calls so far (store mode): a list
+        reads only the entries saved since the last one."""
 
     def about(self) -> JSON:
         """What the page shows in its header: where it reads, and whether it may write."""
@@ -225,6 +238,15 @@ class RunViewer:
             else row
             for row in run_listings(infos, cluster_runs)
         ]
+        if self.cluster is None:
+            # The AgentRun's attempt and restarts are not there to tell a crashed run.
+            reading = asyncio.Semaphore(COUNT_READS)
+            listings = list(
+                await asyncio.gather(*(self._with_counts(row, reading) for row in listings))
+            )
+            listed = {row.id for row in listings}
+            for gone in [state_id for state_id in self._counts if state_id not in listed]:
+                del self._counts[gone]
         return {
             "runs": [row.to_json() for row in listings],
             "cluster_error": cluster_error,
@@ -305,9 +327,15 @@ class RunViewer:
         finally:
             del self._followed[follow_id]
 
-    def page(self, state_id: str, follow_id: str, start: int, end: int) -> JSON:
+    def page(
+        self, state_id: str, follow_id: str, start: int, end: int, keep: RowFilter | None = None
+    ) -> JSON:
         """Rows ``start`` to ``end`` (positions; widened to whole turns) of the run that
-        the follow ``follow_id`` of :meth:`follow` shows, as the page gets rows."""
+        the follow ``follow_id`` of :meth:`follow` shows, as the page gets rows.
+
+        With a ``keep`` that filters (a search, errors only), the positions are those of
+        the rows it keeps; see :func:`~alpineagents.viewer.row_filter.filtered_page`.
+        """
         followed = self._followed.get(follow_id)
         if followed is None or followed[0] != state_id:
             raise ViewerError(
@@ -317,6 +345,8 @@ class RunViewer:
         if start < 0 or end < start or end - start > PAGE_LIMIT:
             raise ViewerError(f"ask for 0 to {PAGE_LIMIT} rows from position 0 or more")
         timeline = followed[1]
+        if keep:
+            return filtered_page(timeline, keep, start, end)
         return {
             "columns": ROW_COLUMNS,
             "rows": [row.as_list() for row in timeline.page(start, end)],
@@ -382,6 +412,26 @@ class RunViewer:
         return f"State {state_id} in {self.store!r}"
 
     # ------------------------------------------------------------------ internals
+    async def _with_counts(self, row: RunListing, reading: asyncio.Semaphore) -> RunListing:
+        """The row with its run's attempts and aborted calls, reading only the entries
+        saved since the last list (the first list reads each history once)."""
+        if not row.saved:
+            return row
+        counts = self._counts.get(row.id)
+        if counts is None or counts.next_seq > row.entries:  # new, or deleted and made anew
+            counts = self._counts[row.id] = RunCounts()
+        if counts.next_seq < row.entries:
+            async with reading:
+                try:
+                    record = await self.store.aread_since(row.id, counts.next_seq)
+                    if record is not None:
+                        counts.add(record.entries)
+                except Exception:
+                    # The list shows what it can; the run's page says what failed.
+                    del self._counts[row.id]
+                    return row
+        return replace(row, attempts=counts.attempts, aborted_calls=counts.aborted_calls)
+
     async def _read_since(self, state_id: str, seq: int) -> Any:
         try:
             return await self.store.aread_since(state_id, seq)

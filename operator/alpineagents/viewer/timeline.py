@@ -37,6 +37,8 @@ from alpineagents import Message
 from alpineagents.state import MODEL_STOPPED, UNKNOWN_RESULT
 from alpineagents.usage import USAGE_KEYS, prompt_tokens
 
+from .attempts import Attempts, is_persons_answer
+
 RowKind = Literal["message", "model", "call", "sent", "compaction", "stop", "attempt", "note"]
 TEXT_LIMIT = 300  # characters of a row's one-line text; the whole entry opens on demand
 PLOT_POINTS = 240  # points of the token plot sent to the page, however long the run
@@ -211,8 +213,7 @@ class Timeline:
         self._inputs: dict[str, Mapping[str, Any]] = {}
         self._shown_inputs: dict[str, str] = {}  # each call's input as its row shows it
         self._sent: dict[int, Row] = {}
-        self._stopped_by: str | None = None  # text of the stop that ended the last attempt
-        self._closing = False  # inside the entries that closed a lost process's turn
+        self._attempts = Attempts()  # where a new process's run begins
         self._lost_attempt: Row | None = None  # its row, until the new process's first entry
         self._last_time: str | None = None
         self._now: str | None = None  # the time of the entry being applied
@@ -272,7 +273,7 @@ class Timeline:
             touched.append(boundary)
         # A person's answer to a stopped run is no step of a run: it stays stopped until
         # a process takes it up again (then the answered calls run).
-        answered = _is_persons_answer(kind, data) and self._stopped_by is not None
+        answered = is_persons_answer(kind, data) and self._attempts.stopped_by is not None
         if kind != "stop" and not answered:
             self.summary.stopped = None
         self._last_time = time or self._last_time
@@ -285,13 +286,11 @@ class Timeline:
         self, seq: int, kind: str, text: str, data: Mapping[str, Any], time: str | None
     ) -> Row | None:
         """The attempt row to draw before this entry, if a new process's run begins here."""
-        closing = _closes_a_lost_turn(kind, text, data)
-        if self._stopped_by is not None and kind != "stop" and not _is_persons_answer(kind, data):
-            reason, self._stopped_by = self._stopped_by, None
-            self._closing = closing
-            return self._new_attempt(seq, time, f"run again after it {reason}", "resumed")
-        if closing and not self._closing:
-            self._closing = True
+        stopped_by = self._attempts.stopped_by
+        began = self._attempts.see(kind, text, data)
+        if began == "resumed":
+            return self._new_attempt(seq, time, f"run again after it stopped ({stopped_by})", began)
+        if began == "lost":
             # Placed before the closing entries, which carry the lost process's last save
             # time: the row's start becomes the new process's first entry's, below.
             self._lost_attempt = self._new_attempt(
@@ -299,11 +298,10 @@ class Timeline:
                 time,
                 "the process before was lost without stopping (killed, or its pod or node "
                 "went away); what it left running is marked aborted above",
-                "lost",
+                began,
             )
             return self._lost_attempt
-        if not closing and kind != "joined":
-            self._closing = False
+        if not self._attempts.closing and kind != "joined":
             attempt, self._lost_attempt = self._lost_attempt, None
             if attempt is not None and time is not None:
                 attempt.start = time
@@ -311,7 +309,7 @@ class Timeline:
         return None
 
     def _new_attempt(self, seq: int, time: str | None, text: str, status: str) -> Row:
-        self.summary.attempts += 1
+        self.summary.attempts = self._attempts.count
         return self._row(
             "attempt",
             f"a{seq}",
@@ -403,7 +401,6 @@ class Timeline:
             ]
         if kind == "stop":
             reason = str(data.get("reason") or "stopped")
-            self._stopped_by = f"stopped ({reason})"
             self.summary.stopped = reason
             row = self._row(
                 "stop",
@@ -495,7 +492,7 @@ class Timeline:
         if call is None:
             return [self._note(seq, "permission", text)]
         call.seqs.append(seq)
-        if data.get("allow") and self._stopped_by is not None:
+        if data.get("allow") and self._attempts.stopped_by is not None:
             # Allowed while the run is stopped: it runs when a process resumes the run.
             call.status, call.start = "approved", time
         elif data.get("allow"):
@@ -552,17 +549,6 @@ class Timeline:
 
     def _note(self, seq: int, kind: str, text: str) -> Row:
         return self._row("note", f"e{seq}", seq, title=kind, text=_one_line(text))
-
-
-def _is_persons_answer(kind: str, data: Mapping[str, Any]) -> bool:
-    return kind == "permission" and data.get("by") == "person"
-
-
-def _closes_a_lost_turn(kind: str, text: str, data: Mapping[str, Any]) -> bool:
-    """Whether a load wrote this entry to close what a lost process left open."""
-    if kind == "model_error":
-        return text == MODEL_STOPPED
-    return kind == "tool_result" and data.get("outcome") == "aborted" and text == UNKNOWN_RESULT
 
 
 def _message(data: Mapping[str, Any]) -> Message | None:

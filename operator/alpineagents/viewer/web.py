@@ -4,7 +4,8 @@
 - ``GET /api/runs``: the runs list.
 - ``GET /api/runs/{id}/events``: Server-Sent Events of one run, a snapshot then what is new.
 - ``GET /api/runs/{id}/rows?follow=F&start=N&end=M``: rows of a followed run, as they
-  scroll into view.
+  scroll into view; with ``q=TEXT`` (a search) or ``errors=1`` (errors only), the
+  positions are those of the rows that match.
 - ``GET /api/runs/{id}/entries?seq=N&seq=M``: whole entries, when a row is opened.
 - ``POST /api/runs/{id}/approvals``: ``{"answers": [{"call_id", "allow", "note"}]}``, only
   when turned on.
@@ -34,6 +35,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .cluster import Answer
+from .row_filter import RowFilter
 from .service import RunViewer, ViewerError
 
 _STATIC = ("viewer.js", "viewer.css")
@@ -94,7 +96,9 @@ def create_app(
         except ValueError:
             return JSONResponse({"error": "start and end must be whole numbers"}, 400)
         try:
-            rows = viewer.page(request.path_params["state_id"], query.get("follow", ""), start, end)
+            keep = RowFilter(query.get("q", ""), query.get("errors", "") in ("1", "true"))
+            state_id, follow = request.path_params["state_id"], query.get("follow", "")
+            rows = viewer.page(state_id, follow, start, end, keep)
         except ViewerError as error:
             return JSONResponse({"error": str(error)}, error.status)
         return _compact(rows)

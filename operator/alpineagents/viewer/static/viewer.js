@@ -139,7 +139,7 @@ function showRuns() {
     document.getElementById("count").textContent = `${shown.length} of ${runs.length} runs`;
     const head = cluster
       ? `<th class="col-id">Run</th><th class="col-status">Status</th><th class="col-phase">Phase</th><th class="col-tiny num">Attempt</th><th class="col-tiny num">Restarts</th><th class="col-tiny num">Age</th>`
-      : `<th class="col-id">Run</th><th class="col-status">Status</th>`;
+      : `<th class="col-id">Run</th><th class="col-status">Status</th><th class="col-tiny num" title="Processes that ran it: more than one means it was resumed after a stop or a crash">Attempts</th><th class="col-tiny num" title="Tool calls closed as aborted (its process was lost or interrupted)">Aborted</th>`;
     document.getElementById("runs").classList.toggle("cluster", cluster);
     document.querySelector("#runs thead").innerHTML = `<tr>${head}<th class="col-small num">Entries</th><th class="col-small num">Turns</th><th class="col-tokens num">Tokens in/out</th><th class="col-when">Updated</th><th class="col-prompt">Prompt</th></tr>`;
     document.querySelector("#runs tbody").innerHTML = shown.map((r) => {
@@ -152,8 +152,8 @@ function showRuns() {
       const name = r.saved ? `<a href="${runUrl(r.id)}" title="${esc(title)}">${esc(label)}</a>` : `<span title="not saved yet">${esc(label)}</span>`;
       const clusterCells = cluster
         ? `<td>${c ? badge(c.phase || "Pending", c.phase || "—") : ""}</td><td class="num">${c ? c.attempt : ""}</td><td class="num">${c ? c.restarts : ""}</td><td class="num">${c ? esc(age(c.created_at).replace(" ago", "")) : ""}</td>`
-        : "";
-      return `<tr data-id="${esc(r.id)}"><td class="id">${nest}${name}${kids}</td><td>${badge(r.cluster ? r.stopped || (r.saved ? "open" : "Pending") : r.status)}</td>${clusterCells}<td class="num">${r.entries}</td><td class="num">${r.turns}</td><td class="num">${tokens(usage.input_tokens)} / ${tokens(usage.output_tokens)}</td><td title="${esc(r.updated_at || "")}">${esc(age(r.updated_at))}</td><td class="prompt" title="${esc(r.first_message || "")}">${esc(r.first_message || "")}</td></tr>`;
+        : `<td class="num attempts${r.attempts > 1 ? " crashed" : ""}">${r.attempts ?? ""}</td><td class="num aborted${r.aborted_calls ? " crashed" : ""}">${r.aborted_calls ?? ""}</td>`;
+      return `<tr data-id="${esc(r.id)}"><td class="id">${nest}${name}${kids}</td><td>${badge(r.cluster ? r.stopped || (r.saved ? "open" : "Pending") : r.status)}</td>${clusterCells}<td class="num col-small">${r.entries}</td><td class="num col-small">${r.turns}</td><td class="num col-tokens">${tokens(usage.input_tokens)} / ${tokens(usage.output_tokens)}</td><td class="col-when" title="${esc(r.updated_at || "")}">${esc(age(r.updated_at))}</td><td class="prompt" title="${esc(r.first_message || "")}">${esc(r.first_message || "")}</td></tr>`;
     }).join("") || `<tr><td colspan="12" class="count">No runs${runs.length ? " match" : " saved in this store yet"}.</td></tr>`;
   };
   const load = async () => {
@@ -204,6 +204,11 @@ function showRun(id) {
       <div class="callout approvals" id="approvals" hidden></div>
       <div class="callout answer" id="answer" hidden></div>
       <div class="timeline">
+        <div class="tl-tools">
+          <input type="search" id="row-search" placeholder="Search rows: tool, text, outcome" aria-label="Search this run's rows">
+          <label class="toggle"><input type="checkbox" id="errors-only"> errors only</label>
+          <span class="count" id="row-count"></span>
+        </div>
         <div class="grid tl-head"><div>#</div><div>time</div><div>what</div><div>text</div><div>duration in its turn</div><div></div></div>
         <div class="viewport" id="viewport"><div class="spacer" id="spacer"></div></div>
         <button type="button" class="jump" id="jump">new entries ↓</button>
@@ -219,6 +224,14 @@ function showRun(id) {
   let summary = null, info = {}, cluster = null, openRow = null, chosen = {};
   let process = null; // "running", "lost" (its run lock is free) or null: unknown
   let frame = 0;
+  // A search or "errors only": the server filters the whole timeline (the page holds only
+  // the rows in view); the view is the kept rows' orders by their position among them.
+  const filter = { q: "", errors: false };
+  const filtering = () => Boolean(filter.q.trim() || filter.errors);
+  let view = []; // position in the filtered list -> the row's order
+  let viewTotal = 0;
+  let viewGen = 0; // a new filter, or new rows while filtering: the pages are asked anew
+  const viewAsked = new Set(); // pages of the filtered list asked for in this generation
 
   const live = () => summary && summary.stopped === null && process !== "lost";
   const turnWindow = (turn) => {
@@ -258,18 +271,29 @@ function showRun(id) {
     }
     for (const turn of touchedTurns) recomputeTurn(turn);
   };
-  const total = () => (summary ? summary.rows : 0);
+  const total = () => (filtering() ? viewTotal : summary ? summary.rows : 0);
   const askFor = async (page) => {
-    if (asked.has(page) || followId === null) return;
-    asked.add(page);
-    const asking = followId;
+    const filtered = filtering();
+    const pages = filtered ? viewAsked : asked;
+    if (pages.has(page) || followId === null) return;
+    pages.add(page);
+    const asking = followId, gen = viewGen;
+    const current = () => asking === followId && (!filtered || gen === viewGen);
+    let url = `${apiUrl(id, "rows")}?follow=${encodeURIComponent(asking)}&start=${page * PAGE}&end=${(page + 1) * PAGE}`;
+    if (filtered) url += `&q=${encodeURIComponent(filter.q.trim())}${filter.errors ? "&errors=1" : ""}`;
     try {
-      const body = await getJSON(`${apiUrl(id, "rows")}?follow=${encodeURIComponent(asking)}&start=${page * PAGE}&end=${(page + 1) * PAGE}`);
-      if (asking !== followId) return; // the stream started over meanwhile
+      const body = await getJSON(url);
+      if (!current()) return; // the stream started over, or the filter changed, meanwhile
       place(body.columns, body.rows);
+      if (filtered) {
+        for (let k = 0; k < body.matches.length; k++) view[body.start + k] = body.matches[k];
+        viewTotal = body.total_rows;
+        if (view.length > viewTotal) view.length = viewTotal;
+        showCount();
+      }
       repaint();
     } catch (error) {
-      if (asking === followId) asked.delete(page);
+      if (current()) pages.delete(page);
       document.getElementById("problem").innerHTML = `<div class="problem">${esc(error.message)}</div>`;
     }
   };
@@ -278,7 +302,7 @@ function showRun(id) {
     const top = position * ROW;
     const open = openRow === row.id ? " open" : "";
     if (row.kind === "attempt") {
-      return `<div class="tl-row attempt ${esc(row.status)} grid" style="top:${top}px" data-pos="${position}"><div class="seq"></div><div class="span"><b>${esc(clock(row.start))} ▸ ${esc(row.title)}</b> — ${esc(row.text)}</div></div>`;
+      return `<div class="tl-row attempt ${esc(row.status)} grid" style="top:${top}px" data-order="${row.order}"><div class="seq"></div><div class="span"><b>${esc(clock(row.start))} ▸ ${esc(row.title)}</b> — ${esc(row.text)}</div></div>`;
     }
     let bar = "", dur = "";
     const start = ms(row.start);
@@ -300,7 +324,7 @@ function showRun(id) {
     const name = row.kind === "call" ? `<span class="k">tool</span>${esc(row.title)}` : row.kind === "model" ? `<span class="k">model</span>` : esc(kindLabel);
     const status = row.status && row.kind !== "message" ? badge(row.status, row.status === "answer" ? "answer" : undefined) : "";
     const textClass = row.status === "answer" ? "txt answer" : "txt";
-    return `<div class="tl-row ${esc(row.kind)}${open} grid" style="top:${top}px" data-pos="${position}" title="${esc(row.text)}"><div class="seq">${row.seq ?? ""}</div><div class="time">${esc(clock(row.start))}</div><div class="what">${name}</div><div class="${textClass}">${status} ${esc(row.text)}</div><div>${bar}</div><div class="dur">${esc(dur)}</div></div>`;
+    return `<div class="tl-row ${esc(row.kind)}${open} grid" style="top:${top}px" data-order="${row.order}" title="${esc(row.text)}"><div class="seq">${row.seq ?? ""}</div><div class="time">${esc(clock(row.start))}</div><div class="what">${name}</div><div class="${textClass}">${status} ${esc(row.text)}</div><div>${bar}</div><div class="dur">${esc(dur)}</div></div>`;
   };
 
   // The rows in the DOM by position, with the HTML each was made from: a paint replaces
@@ -317,7 +341,11 @@ function showRun(id) {
     }
     for (let i = first; i < last; i++) {
       let html;
-      if (rows[i]) html = rowHtml(rows[i], i);
+      const order = filtering() ? view[i] : i;
+      // While filtering, a page of the view is asked anew after new rows (it may keep
+      // other rows now); the rows it showed stay until the answer comes.
+      if (filtering() && !viewAsked.has(Math.floor(i / PAGE))) askFor(Math.floor(i / PAGE));
+      if (order !== undefined && rows[order]) html = rowHtml(rows[order], i);
       else {
         html = `<div class="tl-row pending grid" style="top:${i * ROW}px"><div class="seq"></div><div class="span">loading…</div></div>`;
         askFor(Math.floor(i / PAGE));
@@ -342,7 +370,7 @@ function showRun(id) {
   spacer.addEventListener("click", (event) => {
     const el = event.target.closest(".tl-row");
     if (!el || el.classList.contains("attempt") || el.classList.contains("pending")) return;
-    const row = rows[Number(el.dataset.pos)];
+    const row = rows[Number(el.dataset.order)];
     openRow = row.id;
     repaint();
     openEntries(id, row);
@@ -448,13 +476,45 @@ function showRun(id) {
     summary = update.summary; info = update.info || {}; cluster = update.cluster; process = update.process ?? null;
     if (Object.keys(chosen).some((c) => !summary.awaiting.some((a) => a.call_id === c))) chosen = {};
     showHead();
-    if (update.reset) { spacer.style.height = `${total() * ROW}px`; viewport.scrollTop = viewport.scrollHeight; }
+    showCount();
+    if (filtering()) { if (update.reset) view = []; if (update.reset || update.rows.length) refreshSoon(); }
+    else if (update.reset) { spacer.style.height = `${total() * ROW}px`; viewport.scrollTop = viewport.scrollHeight; }
     else if (stick && update.rows.length) viewport.scrollTop = viewport.scrollHeight;
     else if (update.rows.length) document.getElementById("jump").classList.add("show");
     paint();
     if (update.gone) document.getElementById("problem").innerHTML = `<div class="problem">This State was deleted from the store.</div>`;
     app.querySelector(".run").dataset.entries = String(summary.entries);
   };
+
+  const showCount = () => {
+    const all = summary ? summary.rows : 0;
+    document.getElementById("row-count").textContent = filtering()
+      ? `${viewTotal} of ${all} rows${viewTotal ? "" : " match"}` : "";
+  };
+  // The kept rows change as the run goes on: ask again, at most twice a second.
+  let refreshTimer = 0;
+  const refreshView = () => {
+    viewGen++;
+    viewAsked.clear();
+    askFor(Math.floor(viewport.scrollTop / ROW / PAGE));
+    repaint();
+  };
+  const refreshSoon = () => { if (!refreshTimer) refreshTimer = setTimeout(() => { refreshTimer = 0; refreshView(); }, 500); };
+  const setFilter = () => {
+    view = [];
+    viewTotal = 0;
+    showCount();
+    if (filtering()) { spacer.style.height = "0px"; viewport.scrollTop = 0; refreshView(); }
+    else { spacer.style.height = `${total() * ROW}px`; viewport.scrollTop = viewport.scrollHeight; repaint(); }
+  };
+  let typing = 0;
+  document.getElementById("row-search").addEventListener("input", (event) => {
+    const typed = event.target.value;
+    clearTimeout(typing);
+    // One request when the person stops typing; the filter in force changes only then.
+    typing = setTimeout(() => { filter.q = typed; setFilter(); }, 200);
+  });
+  document.getElementById("errors-only").addEventListener("change", (event) => { filter.errors = event.target.checked; setFilter(); });
 
   const source = new EventSource(apiUrl(id, "events"));
   source.onmessage = (event) => {
@@ -478,7 +538,7 @@ function showRun(id) {
   const ticker = setInterval(() => { if (live()) { paint(); } }, 1000);
   const onKey = (event) => { if (event.key === "Escape") closeDetail(); };
   document.addEventListener("keydown", onKey);
-  leaveView = () => { source.close(); clearInterval(ticker); document.removeEventListener("keydown", onKey); window.removeEventListener("resize", repaint); };
+  leaveView = () => { source.close(); clearInterval(ticker); clearTimeout(refreshTimer); clearTimeout(typing); document.removeEventListener("keydown", onKey); window.removeEventListener("resize", repaint); };
 }
 
 // ------------------------------------------------------------------ an opened row
