@@ -15,7 +15,6 @@ sums what the run would be billed for its input, in input-price units (cache wri
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -263,20 +262,6 @@ def ours_agent(
     )
 
 
-@contextlib.contextmanager
-def _model_at(url: str) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")}
-    os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="x")
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def run_ours(
     setting: str,
     turns: int,
@@ -293,7 +278,7 @@ def run_ours(
         agent = ours_agent(FileStore(folder), None, window, cached=cached, compaction=compaction)
         began, refused = time.monotonic(), None
         try:
-            with _model_at(server.url):
+            with server.in_environment():
                 answer = agent.run(State(f"long-{turns}", [Message.user(FIRST_MESSAGE)]))
         except Exception as error:
             refused = api_refusal(error)

@@ -365,16 +365,5 @@ def _offline_model() -> Iterator[None]:
     """The scripted echo model on a loopback port, and the client pointed at it."""
     from .testing import ModelServer
 
-    names = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
-    saved = {name: os.environ.get(name) for name in names}
-    with ModelServer(echo=True) as server:
-        os.environ.pop("ANTHROPIC_AUTH_TOKEN", None)
-        os.environ.update(server.env)
-        try:
-            yield
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with ModelServer(echo=True) as server, server.in_environment():
+        yield

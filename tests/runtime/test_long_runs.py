@@ -29,10 +29,8 @@ MODEL = "claude-sonnet-5"
 WAIT = 120.0  # seconds an awaited event may take on a loaded machine: a safety net, not a measure
 
 
-@pytest.fixture(autouse=True)
-def _model_endpoint(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in model_server.env.items():
-        monkeypatch.setenv(name, value)
+# Every test's Agent (and child process) reaches the scripted model.
+pytestmark = pytest.mark.usefixtures("model_endpoint")
 
 
 @pytest.fixture

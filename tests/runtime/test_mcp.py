@@ -26,10 +26,8 @@ ALL_TOOLS = ["add", "delete_everything", "divide", "slow", "whoami"]
 StartServer = Callable[..., MCPTestServer]
 
 
-@pytest.fixture(autouse=True)
-def _model_endpoint(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in model_server.env.items():
-        monkeypatch.setenv(name, value)
+# Every test's Agent (and child process) reaches the scripted model.
+pytestmark = pytest.mark.usefixtures("model_endpoint")
 
 
 def agent_for(folder: Path, *tools: Any, **options: Any) -> Agent:

@@ -89,10 +89,8 @@ def assert_no_plaintext(raw: bytes) -> None:
     assert not found, f"plaintext of the conversation in the store: {found}"
 
 
-@pytest.fixture(autouse=True)
-def _model_endpoint(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in model_server.env.items():
-        monkeypatch.setenv(name, value)
+# Every test's Agent (and child process) reaches the scripted model.
+pytestmark = pytest.mark.usefixtures("model_endpoint")
 
 
 # ------------------------------------------------------------------ what the store holds

@@ -48,12 +48,13 @@ import http.server
 import json
 import logging
 import math
+import os
 import select
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -218,6 +219,23 @@ class ModelServer:
         """Environment for a child process's ``anthropic`` client: ``ANTHROPIC_BASE_URL``
         and a dummy ``ANTHROPIC_API_KEY``."""
         return {"ANTHROPIC_BASE_URL": self.url, "ANTHROPIC_API_KEY": "scripted-model-key"}
+
+    @contextlib.contextmanager
+    def in_environment(self) -> Iterator[None]:
+        """Point this process's ``anthropic`` clients at the server (:attr:`env`, and no
+        ``ANTHROPIC_AUTH_TOKEN``) while the block runs; the variables are put back after."""
+        names = (*self.env, "ANTHROPIC_AUTH_TOKEN")
+        saved = {name: os.environ.get(name) for name in names}
+        os.environ.pop("ANTHROPIC_AUTH_TOKEN", None)
+        os.environ.update(self.env)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     # the script
 
