@@ -13,6 +13,7 @@ from alpineagents import FileStore
 
 from . import (
     agent_cost,
+    failover,
     operator_scale,
     resume_latency,
     startup,
@@ -419,4 +420,5 @@ SECTIONS: dict[str, Section] = {
     "agent": agent,
     "resume": resume_latency.section,
     "operator": operator_scale.section,
+    "failover": failover.section,
 }

@@ -21,6 +21,7 @@ ORDER = [
     "agent-cost",
     "resume-latency",
     "operator-scale",
+    "failover",
 ]
 
 

@@ -259,8 +259,8 @@ def test_the_replicas_elect_one_leader_with_the_charts_lease(helm: Helm) -> None
     parsed = LeaseSettings.from_env(settings)
     assert parsed is not None
     assert (parsed.lease_seconds, parsed.renew_deadline_seconds, parsed.retry_seconds) == (
-        4,
-        3.0,
+        3,
+        2.0,
         0.5,
     )
     # A drain keeps one replica; with one replica a budget would block every drain.

@@ -26,9 +26,9 @@ Settings come from the environment (the Helm chart sets them):
 =============================================  ==========================================
 ``ALPINEAGENTS_LEADER_LEASE``                  ``NAMESPACE/NAME`` of the Lease; empty:
                                                no election (one replica only)
-``ALPINEAGENTS_LEASE_SECONDS``                 the lease (whole seconds, default 4)
+``ALPINEAGENTS_LEASE_SECONDS``                 the lease (whole seconds, default 3)
 ``ALPINEAGENTS_LEASE_RENEW_DEADLINE_SECONDS``  a leader unable to renew for this long
-                                               stops acting (default 3)
+                                               stops acting (default 2)
 ``ALPINEAGENTS_LEASE_RETRY_SECONDS``           how often the leader renews and a standby
                                                looks (default 0.5)
 ``POD_ID``                                     this replica's name in the Lease (the
@@ -66,9 +66,9 @@ class LeaseSettings:
     namespace: str
     name: str
     identity: str
-    lease_seconds: int = 4
+    lease_seconds: int = 3
     """How long a standby waits, after it last saw the Lease renewed, before taking it."""
-    renew_deadline_seconds: float = 3.0
+    renew_deadline_seconds: float = 2.0
     """A leader that has not renewed within this stops acting (shorter than the lease)."""
     retry_seconds: float = 0.5
     """Between two renewals by the leader, and two reads by a standby."""

@@ -63,8 +63,8 @@ def operator_kubeconfig(plane: Any, namespace: str, name: str, directory: Path) 
 class LeaseTiming:
     """The leader election's settings given to an operator process."""
 
-    lease_seconds: int = 4
-    renew_deadline_seconds: float = 3.0
+    lease_seconds: int = 3
+    renew_deadline_seconds: float = 2.0
     retry_seconds: float = 0.5
 
 
@@ -255,3 +255,13 @@ def agentrun(namespace: str, name: str) -> str:
             },
         }
     )
+
+
+def pod_added(run: str) -> Callable[[Event], bool]:
+    """Matches the ADDED event of a pod of AgentRun ``run``."""
+    return lambda event: event.type == "ADDED" and run_label(event) == run
+
+
+def held_by(replica: str) -> Callable[[Event], bool]:
+    """Matches a Lease event naming a process of ``replica`` (its POD_ID) as the holder."""
+    return lambda event: holder(event).startswith(f"{replica}_")
