@@ -13,6 +13,7 @@ from alpineagents import FileStore
 
 from . import (
     agent_cost,
+    failover,
     long_runs,
     operator_scale,
     resume_latency,
@@ -429,4 +430,5 @@ SECTIONS: dict[str, Section] = {
     "resume": resume_latency.section,
     "operator": operator_scale.section,
     "long-runs": long_run_bills,
+    "failover": failover.section,
 }

@@ -30,6 +30,7 @@ ORDER = [
     "long-window",
     "long-largest",
     "long-resume",
+    "failover",
 ]
 
 

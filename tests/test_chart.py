@@ -223,12 +223,16 @@ def test_every_object_carries_the_recommended_labels(helm: Helm, case: str) -> N
         assert labels["helm.sh/chart"] == f"alpineagents-{chart['version']}", where
 
 
-def test_the_operator_runs_once_with_probes_on_kopfs_liveness_endpoint(helm: Helm) -> None:
+def test_the_operator_runs_two_replicas_with_probes_on_the_liveness_endpoint(helm: Helm) -> None:
     objects = helm.template()
     deployment = _operator_deployment(objects)
     settings = _operator_settings(objects)
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 2
+    # The new pod (a standby) is up before an old one stops and hands the Lease back.
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["python", "-m", "alpineagents_operator"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -240,6 +244,42 @@ def test_the_operator_runs_once_with_probes_on_kopfs_liveness_endpoint(helm: Hel
     from alpineagents_operator import __main__ as operator_main
 
     assert "/healthz" in (operator_main.__doc__ or "")
+
+
+def test_the_replicas_elect_one_leader_with_the_charts_lease(helm: Helm) -> None:
+    objects = helm.template(namespace="agents")
+    kinds = _kinds(objects)
+    (lease,) = kinds["Lease"]
+    settings = _operator_settings(objects)
+    where = f"{lease['metadata']['namespace']}/{lease['metadata']['name']}"
+    assert settings["ALPINEAGENTS_LEADER_LEASE"] == where == "agents/test-alpineagents-operator"
+    assert "spec" not in lease  # the operator's to write: an upgrade leaves the holder be
+    from alpineagents_operator.leadership import LeaseSettings
+
+    parsed = LeaseSettings.from_env(settings)
+    assert parsed is not None
+    assert (parsed.lease_seconds, parsed.renew_deadline_seconds, parsed.retry_seconds) == (
+        3,
+        2.0,
+        0.5,
+    )
+    # A drain keeps one replica; with one replica a budget would block every drain.
+    (budget,) = kinds["PodDisruptionBudget"]
+    pod_labels = _operator_deployment(objects)["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    single = helm.template({"operator": {"replicas": 1}})
+    assert "PodDisruptionBudget" not in _kinds(single)
+    assert _operator_deployment(single)["spec"]["replicas"] == 1
+    assert "ALPINEAGENTS_LEADER_LEASE" in _operator_settings(single)  # still one at a time
+    # Replicas prefer different nodes unless told otherwise.
+    spec = _operator_deployment(objects)["spec"]["template"]["spec"]
+    (term,) = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    placed = helm.template({"operator": {"affinity": {"nodeAffinity": {}}}})
+    assert _operator_deployment(placed)["spec"]["template"]["spec"]["affinity"] == {
+        "nodeAffinity": {}
+    }
 
 
 def test_the_default_install_uses_the_bundled_minio_with_generated_credentials(
@@ -339,6 +379,28 @@ def _rules(objects: list[dict[str, Any]], kind: str) -> set[tuple[str, str, str]
     return granted
 
 
+def _leader_role(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Role for the Lease, taken out of ``objects`` (the others are per namespace)."""
+    (role,) = [
+        o for o in objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-leader")
+    ]
+    objects.remove(role)
+    return role
+
+
+def _assert_leader_role_is_the_one_lease(objects: list[dict[str, Any]], namespace: str) -> None:
+    role = _leader_role(objects)
+    assert role["metadata"]["namespace"] == namespace
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["test-alpineagents-operator"],
+            "verbs": ["get", "update"],
+        }
+    ]
+
+
 _OPERATOR_NEEDS = {
     *(("alpineagents.dev", "agentruns", v) for v in ("get", "list", "watch", "patch")),
     ("alpineagents.dev", "agentruns/status", "patch"),
@@ -352,6 +414,7 @@ _OPERATOR_NEEDS = {
 def test_namespaced_rbac_is_exactly_what_the_operator_needs(helm: Helm) -> None:
     namespaces = _namespaces()
     objects = helm.template(CASES["several-namespaces"](namespaces), namespace=namespaces[0])
+    _assert_leader_role_is_the_one_lease(objects, namespaces[0])
     kinds = _kinds(objects)
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
     assert {r["metadata"]["namespace"] for r in kinds["Role"]} == set(namespaces[1:])
@@ -369,6 +432,7 @@ def test_namespaced_rbac_is_exactly_what_the_operator_needs(helm: Helm) -> None:
 
 def test_cluster_wide_rbac_adds_only_what_kopf_needs_to_follow_the_cluster(helm: Helm) -> None:
     objects = helm.template({"clusterWide": True})
+    _assert_leader_role_is_the_one_lease(objects, "default")
     kinds = _kinds(objects)
     assert "Role" not in kinds
     assert _rules(objects, "ClusterRole") == _OPERATOR_NEEDS | {
@@ -424,6 +488,17 @@ def test_the_installed_service_account_may_do_its_job_and_nothing_more(
                 ("delete", "agentruns.alpineagents.dev"),
             ]:
                 assert not _can(plane, account, verb, resource, ns), (verb, resource, ns)
+        # The one Lease, in the release namespace: read and renew, never create or delete.
+        lease = f"leases.coordination.k8s.io/{release}-alpineagents-operator"
+        for verb in ("get", "update"):
+            assert _can(plane, account, verb, lease, release_ns), verb
+        for verb, resource in [
+            ("delete", lease),
+            ("create", "leases.coordination.k8s.io"),
+            ("get", "leases.coordination.k8s.io/kube-scheduler"),
+        ]:
+            assert not _can(plane, account, verb, resource, release_ns), (verb, resource)
+        assert not _can(plane, account, "get", lease, runs_a)
         # Not watched: neither the release's own namespace nor any other.
         assert not _can(plane, account, "create", "pods", release_ns)
         assert not _can(plane, account, "list", "agentruns.alpineagents.dev", "default")
@@ -602,6 +677,11 @@ def test_the_installed_viewer_may_read_agentruns_and_answer_only_when_allowed(
         (
             {"store": {"accessKeyId": "a", "secretAccessKey": "b"}},
             "store credentials were given but store.url is empty",
+        ),
+        ({"operator": {"replicas": 0}}, "at '/operator/replicas': minimum"),
+        (
+            {"operator": {"leaderElection": {"renewDeadlineSeconds": 5}}},
+            "operator.leaderElection needs retrySeconds < renewDeadlineSeconds < leaseSeconds",
         ),
         (
             {"serviceAccount": {"create": False}},

@@ -9,7 +9,9 @@ environment (see :mod:`alpineagents_operator.config`):
   (default 8080; 0 turns it off): it answers 200 with the probe results, among them
   ``secondsSinceLastStep``, while the operator's loop is alive;
 - serves Prometheus metrics on ``$ALPINEAGENTS_METRICS_PORT`` (default 9090; 0: off);
-- logs at ``ALPINEAGENTS_LOG_LEVEL`` (INFO, or DEBUG for kopf's own detail).
+- logs at ``ALPINEAGENTS_LOG_LEVEL`` (INFO, or DEBUG for kopf's own detail);
+- with ``ALPINEAGENTS_LEADER_LEASE`` set, waits as a standby until it holds that Lease
+  and acts only while it does (see :mod:`alpineagents_operator.leadership`).
 
 It connects with in-cluster credentials inside a pod, else with ``$KUBECONFIG``. SIGTERM
 or Ctrl+C stops it cleanly; agent pods keep running and are adopted by the next start.
@@ -22,6 +24,7 @@ import os
 import kopf
 
 from .config import OperatorConfig
+from .leadership import LeaderElector, LeaseSettings, StandbyHealth
 
 
 def main() -> None:
@@ -32,6 +35,32 @@ def main() -> None:
     from . import handlers  # registers the handlers with kopf's default registry
 
     del handlers
+    elector = _lead(LeaseSettings.from_env(), config.health_port)
+    try:
+        _run_kopf(config)
+    finally:
+        if elector is not None:
+            elector.release()
+
+
+def _lead(settings: LeaseSettings | None, health_port: int) -> LeaderElector | None:
+    """Wait as a standby until this replica holds the Lease (nothing to wait for without
+    one); its liveness endpoint answers meanwhile."""
+    if settings is None:
+        return None
+    from .cluster import api_client_from_environment
+
+    elector = LeaderElector(settings, api_client_from_environment())
+    health = StandbyHealth(health_port, elector) if health_port else None
+    try:
+        elector.acquire()
+    finally:
+        if health is not None:
+            health.close()
+    return elector
+
+
+def _run_kopf(config: OperatorConfig) -> None:
     kopf.run(
         standalone=not config.peering,
         peering_name=config.peering or None,

@@ -23,9 +23,9 @@ the deletion; only an AgentRun with ``spec.onDelete: Delete`` gets a finalizer
 (``alpineagents.dev/delete-saved-state``), held until its pods have stopped and its
 saved State is deleted.
 
-Peering is off by default (``standalone``): run one replica. With several replicas set
-``ALPINEAGENTS_PEERING`` to a peering name (and install kopf's KopfPeering CRDs) so that
-only one of them handles objects at a time.
+Several replicas elect one leader through a Lease before kopf starts (see
+:mod:`.leadership`): only the leader runs these handlers. kopf's own peering
+(``ALPINEAGENTS_PEERING``) is off by default.
 """
 
 from __future__ import annotations

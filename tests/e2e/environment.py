@@ -204,7 +204,9 @@ def cluster_environment(
             RELEASE,
             namespace,
             kubeconfig,
-            {**values, "operator": {"resyncSeconds": 5}},
+            # One operator replica: these tests read its log and metrics from its pod, and a
+            # standby has neither (failover is tests/operator/test_leader_election.py's).
+            {**values, "operator": {"resyncSeconds": 5, "replicas": 1}},
             "--wait",
             "--timeout=5m",
         )

@@ -91,7 +91,7 @@ def test_helm_uninstall_leaves_the_saved_states_and_a_reinstall_finds_them(
     }
     volumes = _volume(env, env.namespace) if env.real_node is not None else iter([""])
     minio["persistence"]["storageClass"] = next(volumes)
-    values = {**e2e.values, "minio": minio, "operator": {"resyncSeconds": 5}}
+    values = {**e2e.values, "minio": minio, "operator": {"resyncSeconds": 5, "replicas": 1}}
     try:
         helm.install(RELEASE, env.namespace, env.kubeconfig, values, "--wait", "--timeout=5m")
         wait_until_operator_watches(env)

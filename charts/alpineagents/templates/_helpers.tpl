@@ -314,6 +314,11 @@ seccompProfile:
 Rules across several values, checked once (from configmap.yaml, which always renders).
 Types, ranges and formats of single values are in values.schema.json.
 */}}
+{{- /* The Lease the operator replicas elect their leader with (see leadership.py). */ -}}
+{{- define "alpineagents.leaseName" -}}
+{{- printf "%s-operator" (include "alpineagents.fullname" .) -}}
+{{- end -}}
+
 {{- define "alpineagents.validate" -}}
 {{- if and .Values.clusterWide .Values.watchNamespaces -}}
 {{- fail "clusterWide=true watches every namespace, so watchNamespaces must stay empty (to create the quick-start Secrets in more namespaces, list them in secretNamespaces)" -}}
@@ -330,6 +335,11 @@ Types, ranges and formats of single values are in values.schema.json.
 {{- if and (not .Values.store.url) (or .Values.store.accessKeyId .Values.store.secretAccessKey .Values.store.existingSecret) -}}
 {{- if .Values.minio.enabled -}}
 {{- fail "store credentials were given but store.url is empty: set store.url to your S3 endpoint, or drop the store credentials to use the bundled MinIO (its credentials are minio.rootUser/minio.rootPassword or minio.existingSecret)" -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.operator.leaderElection -}}
+{{- if not (and (lt (float64 .retrySeconds) (float64 .renewDeadlineSeconds)) (lt (float64 .renewDeadlineSeconds) (float64 .leaseSeconds))) -}}
+{{- fail (printf "operator.leaderElection needs retrySeconds < renewDeadlineSeconds < leaseSeconds (a leader must stop acting before its lease can be taken), got %v < %v < %v" .retrySeconds .renewDeadlineSeconds .leaseSeconds) -}}
 {{- end -}}
 {{- end -}}
 {{- $_ := include "alpineagents.storeUrl" . -}}
