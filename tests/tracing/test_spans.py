@@ -1,0 +1,207 @@
+"""The spans of a run, taken by the real OpenTelemetry SDK's in-memory exporter.
+
+The scripted model server answers through the real ``anthropic`` client; each test turns
+tracing on with a ``SimpleSpanProcessor`` (every span handed over as it ends) and off
+again after. The off case runs in a fresh interpreter: it must not load the SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from alpineagents import Agent, FileStore, Message, State, tool, tracing
+from alpineagents.testing import ModelServer, reply, tool_use
+from tests.paths import REPO
+
+SECRET = "sk-ant-secret-value-0123456789"
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """Tracing on, into memory, for one test."""
+    monkeypatch.delenv(tracing.CAPTURE_CONTENT_ENV, raising=False)
+    exporter = InMemorySpanExporter()
+    tracing.enable(processor=SimpleSpanProcessor(exporter))
+    yield exporter
+    tracing.disable()
+
+
+def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+
+def agent_with_tools(client: anthropic.Anthropic, folder: Path) -> Agent:
+    @tool
+    def lookup(city: str) -> str:
+        """Looks a city up."""
+        return f"{city}: sunny"
+
+    @tool
+    def broken() -> str:
+        """Always fails."""
+        raise RuntimeError("the service is down")
+
+    return Agent(
+        model="claude-sonnet-5",
+        store=FileStore(folder),
+        tools=[lookup, broken],
+        client=client,
+        max_tokens=512,
+    )
+
+
+def test_a_run_is_an_attempt_span_with_model_and_tool_spans(
+    tmp_path: Path,
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    spans: InMemorySpanExporter,
+) -> None:
+    model_server.add(
+        reply(tool_use("lookup", {"city": "Bern"}, id="toolu_1"), tool_use("broken", id="toolu_2")),
+        reply("Sunny in Bern."),
+    )
+    state = State(id="weather", messages=[Message.user("Weather in Bern?")])
+    assert agent_with_tools(model_client, tmp_path).run(state) == "Sunny in Bern."
+
+    (attempt,) = named(spans, "invoke_agent")
+    assert attempt.name == "invoke_agent claude-sonnet-5"
+    assert attempt.context.trace_id == tracing.trace_id_of("weather")
+    assert attempt.parent is None
+    assert attempt.attributes is not None
+    assert attempt.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert attempt.attributes["alpineagents.stop_reason"] == "answered"
+    assert attempt.attributes["alpineagents.usage.output_tokens"] == state.usage["output_tokens"]
+    assert not attempt.events  # a first attempt: no resume
+
+    chats = named(spans, "chat claude-sonnet-5")
+    assert len(chats) == 2
+    replies = [e for e in state.history if e.kind == "model_reply"]
+    for chat, entry in zip(chats, replies, strict=True):
+        assert chat.parent is not None and chat.parent.span_id == attempt.context.span_id
+        attributes = dict(chat.attributes or {})
+        usage = entry.data["usage"]
+        assert attributes["gen_ai.usage.output_tokens"] == usage["output_tokens"]
+        assert attributes["gen_ai.usage.input_tokens"] == (
+            usage["input_tokens"]
+            + usage["cache_read_input_tokens"]
+            + usage["cache_creation_input_tokens"]
+        )
+        assert (
+            attributes["gen_ai.usage.cache_read.input_tokens"] == usage["cache_read_input_tokens"]
+        )
+        assert (
+            attributes["gen_ai.usage.cache_creation.input_tokens"]
+            == usage["cache_creation_input_tokens"]
+        )
+        assert attributes["gen_ai.response.finish_reasons"] == (entry.data["stop_reason"],)
+        assert attributes["gen_ai.response.model"] == entry.data["model"]
+        assert "gen_ai.input.messages" not in attributes
+    # The span id is saved with each model request: a resumed attempt can rebuild this one.
+    requests = [e for e in state.history if e.kind == "model_request"]
+    assert {e.data[tracing.SPAN_ID_KEY] for e in requests} == {
+        format(attempt.context.span_id, "016x")
+    }
+
+    tools = {s.name: s for s in named(spans, "execute_tool")}
+    ok, failed = tools["execute_tool lookup"], tools["execute_tool broken"]
+    assert ok.attributes is not None and failed.attributes is not None
+    assert ok.attributes["alpineagents.tool.outcome"] == "ok"
+    assert ok.attributes["gen_ai.tool.call.id"] == "toolu_1"
+    assert ok.status.status_code == StatusCode.UNSET
+    assert failed.attributes["alpineagents.tool.outcome"] == "error"
+    assert failed.attributes["error.type"] == "RuntimeError"
+    assert failed.status.status_code == StatusCode.ERROR
+    assert ok.parent is not None and ok.parent.span_id == attempt.context.span_id
+
+
+def test_content_is_captured_only_when_asked_and_never_a_secret(
+    tmp_path: Path,
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(tracing.CAPTURE_CONTENT_ENV, "true")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    exporter = InMemorySpanExporter()
+    tracing.enable(processor=SimpleSpanProcessor(exporter))
+    try:
+        model_server.add(reply(tool_use("lookup", {"city": SECRET}, id="toolu_1")), reply("Done."))
+        state = State(id="captured", messages=[Message.user(f"Is {SECRET} a key? Weather?")])
+        assert agent_with_tools(model_client, tmp_path).run(state) == "Done."
+    finally:
+        tracing.disable()
+    everything = json.dumps(
+        [dict(s.attributes or {}) for s in exporter.get_finished_spans()], default=list
+    )
+    assert SECRET not in everything
+    chat = named(exporter, "chat")[0]
+    assert chat.attributes is not None
+    assert "Is *** a key? Weather?" in str(chat.attributes["gen_ai.input.messages"])
+    assert "lookup" in str(chat.attributes["gen_ai.output.messages"])
+    (lookup,) = named(exporter, "execute_tool lookup")
+    assert lookup.attributes is not None
+    assert lookup.attributes["gen_ai.tool.call.result"] == "***: sunny"
+
+
+def test_a_resumed_attempt_rebuilds_the_lost_one(
+    tmp_path: Path,
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    spans: InMemorySpanExporter,
+) -> None:
+    # A lost attempt, as its pod left it: a tool call started and never finished. Its
+    # saved model request names its span; the closing entries mark the call aborted.
+    @tool
+    def slow() -> str:
+        """Stands for a tool a killed pod was running."""
+        raise KeyboardInterrupt  # the run stops here, like a pod that goes away
+
+    model_server.add(reply(tool_use("slow", id="toolu_slow")))
+    state = State(id="lost-once", messages=[Message.user("Go")])
+    agent = Agent(
+        model="claude-sonnet-5", store=FileStore(tmp_path), tools=[slow], client=model_client
+    )
+    with pytest.raises(KeyboardInterrupt):
+        agent.run(state)
+    first = named(spans, "invoke_agent")[0]
+    spans.clear()
+
+    loaded = FileStore(tmp_path).load("lost-once")
+    model_server.add(reply("Resumed."))
+    assert agent.run(loaded) == "Resumed."
+    (attempt,) = named(spans, "invoke_agent")
+    assert attempt.context.trace_id == first.context.trace_id
+    (event,) = attempt.events
+    assert event.name == "resume"
+    # The first attempt ended (it saved its stop): it sent its own span, none is rebuilt.
+    assert named(spans, "execute_tool") == []
+
+
+def test_off_loads_no_sdk_and_no_exporter(tmp_path: Path, model_server: ModelServer) -> None:
+    # The OpenTelemetry API itself may be loaded (recent anthropic SDKs import it when it
+    # is installed); the SDK and the exporters, the cost of tracing, must not be.
+    probe = (
+        "import sys\n"
+        "from alpineagents import Agent, FileStore, Message, State\n"
+        f"agent = Agent(model='claude-sonnet-5', store=FileStore({str(tmp_path)!r}))\n"
+        "assert agent.run(State(id='off', messages=[Message.user('Hi')])) == 'Hello.'\n"
+        "print(sorted(m for m in sys.modules\n"
+        "    if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))\n"
+    )
+    model_server.add(reply("Hello."))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "operator"), **model_server.env}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.strip() == "[]"
