@@ -252,6 +252,7 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         )
     if config.anthropic_base_url:
         ours.append({"name": "ANTHROPIC_BASE_URL", "value": config.anthropic_base_url})
+    ours += [{"name": k, "value": v} for k, v in config.run_otel_env.items()]  # traces
     if config.encryption_secret:
         ours.append(
             _secret_env(ENV_ENCRYPTION_KEYS, config.encryption_secret, config.encryption_secret_key)
