@@ -33,10 +33,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "operator"), str(REPO)]
 
-from alpineagents import Agent, FileStore, Message, State, tool, tracing  # noqa: E402
-from alpineagents.testing import ModelServer, reply, tool_use  # noqa: E402
 from tests.bench.infra import free_port  # noqa: E402
 from tests.bench.testbin import binary_path  # noqa: E402
+
+from alpineagents import Agent, FileStore, Message, State, tool, tracing  # noqa: E402
+from alpineagents.testing import ModelServer, reply, tool_use  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "tracing_overhead.md"
 
