@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
+import logging
 import os
 import threading
 from collections.abc import Awaitable, Coroutine
@@ -44,7 +45,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .redaction import Redactor
-from .state import Entry, State, ToolCall
+from .state import MODEL_STOPPED, Entry, State, ToolCall
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -60,6 +61,7 @@ SPAN_ID_KEY = "span_id"
 # Our default batch delay: a killed pod loses what waits in the batch, so send often.
 _SCHEDULE_DELAY_MS = "1000"
 _R = TypeVar("_R")
+_log = logging.getLogger(__name__)
 
 
 class _Tracing:
@@ -74,7 +76,6 @@ class _Tracing:
         self.capture = capture
         self.redactor = Redactor.from_environment() if capture else None
         self.trace = trace
-        self.error = Status(StatusCode.ERROR)
         self.status = Status
         self.error_code = StatusCode.ERROR
 
@@ -191,16 +192,28 @@ def begin_attempt(state: State, model: str) -> None:
     if state.parent_id is not None:
         span.set_attribute("alpineagents.state.parent_id", state.parent_id)
     if state.loaded_entries:
-        _resumed(tracing, state, span)
+        try:
+            _resumed(tracing, state, span)
+        except Exception:  # a history it cannot read: the run goes on, untraced in part
+            _log.warning("tracing: could not mark the resume of %s", state.id, exc_info=True)
     attempt = _Attempt(tracing, span)
     attempt.token = _attempt.set(attempt)
 
 
 def end_attempt(state: State) -> None:
-    """The run of ``state`` ended (answered, stopped or failed): end its attempt span."""
+    """The run of ``state`` ended (answered, stopped or failed): end its attempt span.
+
+    Never raises: it runs where a run ends, which must finish whatever happens here."""
     attempt = _attempt.get()
     if attempt is None:
         return
+    try:
+        _end(attempt, state)
+    except Exception:
+        _log.warning("tracing: could not end the attempt of %s", state.id, exc_info=True)
+
+
+def _end(attempt: _Attempt, state: State) -> None:
     try:
         if attempt.token is None:
             raise ValueError("no token")
@@ -383,6 +396,23 @@ def _resumed(tracing: _Tracing, state: State, span: Span) -> None:
         )
         tool_span.set_status(tracing.status(tracing.error_code, "aborted"))
         tool_span.end(end_time=_nanos(max(ended, asked or ended)))
+    if any(_closing(e) and e.kind == "model_error" for e in closing):
+        # Lost while the model was asked (its request is the last saved entry): that
+        # call's span never ended either. When the process died is unknown: it ends there.
+        chat = tracing.tracer.start_span(
+            f"chat {model}",
+            context=context,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": PROVIDER,
+                "gen_ai.system": PROVIDER,
+                "gen_ai.request.model": model,
+                "error.type": "lost",
+            },
+            start_time=_nanos(ended),
+        )
+        chat.set_status(tracing.status(tracing.error_code, "lost while waiting for the model"))
+        chat.end(end_time=_nanos(ended))
     rebuilt.end(end_time=_nanos(ended))
 
 
@@ -393,8 +423,10 @@ def _lost_attempt(state: State) -> tuple[int, str, datetime] | None:
     model = ""
     started: datetime | None = None
     for entry in reversed(state.history[: state.loaded_entries]):
-        if entry.kind == "stop":
-            break  # an attempt that ended: it sent its own span
+        if entry.kind == "stop" or _closing(entry):
+            # An attempt that ended sent its own span; one lost before was rebuilt already
+            # (these are the entries its load closed the turn with).
+            break
         if entry.kind != "model_request" or not entry.data.get(SPAN_ID_KEY):
             continue
         if span_id is not None and entry.data[SPAN_ID_KEY] != span_id:
@@ -408,6 +440,14 @@ def _lost_attempt(state: State) -> tuple[int, str, datetime] | None:
         return int(span_id, 16), model, started
     except ValueError:
         return None
+
+
+def _closing(entry: Entry) -> bool:
+    """Whether ``entry`` closed a turn that a lost process left open (see
+    ``State.close_open_turn``)."""
+    if entry.kind == "tool_result":
+        return entry.outcome == "aborted"
+    return entry.kind == "model_error" and entry.text == MODEL_STOPPED
 
 
 def _asked_at(state: State, call_id: str) -> datetime | None:

@@ -8,8 +8,10 @@ again after. The off case runs in a fresh interpreter: it must not load the SDK.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from alpineagents import Agent, FileStore, Message, State, tool, tracing
-from alpineagents.testing import ModelServer, reply, tool_use
+from alpineagents.testing import ModelServer, hold, reply, tool_use
 from tests.paths import REPO
 
 SECRET = "sk-ant-secret-value-0123456789"
@@ -205,3 +207,92 @@ def test_off_loads_no_sdk_and_no_exporter(tmp_path: Path, model_server: ModelSer
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def snapshot(folder: Path, into: Path) -> Path:
+    """The store's folder as a process killed now would leave it."""
+    shutil.copytree(folder, into)
+    return into
+
+
+def test_each_lost_attempt_is_rebuilt_once_in_a_chain_of_losses(
+    tmp_path: Path,
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    spans: InMemorySpanExporter,
+) -> None:
+    # Two attempts lost in a row, each mid tool call (the store copied while the tool
+    # runs is what a killed pod leaves), then a third that answers.
+    live = tmp_path / "live"
+    copies: list[Path] = []
+
+    @tool
+    def slow() -> str:
+        """Its process is lost while it runs."""
+        copies.append(snapshot(live, tmp_path / f"lost-{len(copies)}"))
+        raise KeyboardInterrupt  # ends this process's run; the copy is the lost one
+
+    agent = Agent(model="claude-sonnet-5", store=FileStore(live), tools=[slow], client=model_client)
+    model_server.add(reply(tool_use("slow", id="toolu_a")))
+    with pytest.raises(KeyboardInterrupt):
+        agent.run(State(id="chain", messages=[Message.user("Go")]))
+    model_server.add(reply(tool_use("slow", id="toolu_b")))
+    resumed = Agent(
+        model="claude-sonnet-5", store=FileStore(copies[0]), tools=[slow], client=model_client
+    )
+    live = copies[0]  # the second attempt saves here; its tool copies this folder
+    with pytest.raises(KeyboardInterrupt):
+        resumed.run(FileStore(copies[0]).load("chain"))
+    model_server.add(reply("Done."))
+    last = Agent(model="claude-sonnet-5", store=FileStore(copies[1]), client=model_client)
+    spans.clear()  # the interrupted runs' own spans: what a killed pod never sends
+    assert last.run(FileStore(copies[1]).load("chain")) == "Done."
+
+    attempts = named(spans, "invoke_agent")
+    rebuilt = [
+        a for a in attempts if (a.attributes or {}).get("alpineagents.stop_reason") == "lost"
+    ]
+    assert len(rebuilt) == 1  # only the attempt lost last: the one before was rebuilt by it
+    (aborted,) = named(spans, "execute_tool")
+    assert (aborted.attributes or {})["gen_ai.tool.call.id"] == "toolu_b"
+    assert aborted.parent is not None and aborted.parent.span_id == rebuilt[0].context.span_id
+    saved = FileStore(copies[1]).load("chain")
+    second_attempt = [
+        e.data[tracing.SPAN_ID_KEY] for e in saved.history if e.kind == "model_request"
+    ][1]
+    assert format(rebuilt[0].context.span_id, "016x") == second_attempt
+    assert {s.context.trace_id for s in spans.get_finished_spans()} == {
+        tracing.trace_id_of("chain")
+    }
+
+
+def test_an_attempt_lost_while_the_model_was_asked_has_a_failed_chat_span(
+    tmp_path: Path,
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    spans: InMemorySpanExporter,
+) -> None:
+    model_server.add(hold(reply("Too late.")))
+    agent = Agent(model="claude-sonnet-5", store=FileStore(tmp_path / "live"), client=model_client)
+    running = threading.Thread(
+        target=agent.run, args=(State(id="asked", messages=[Message.user("Hi")]),)
+    )
+    running.start()
+    model_server.wait_for_requests(1)
+    lost = snapshot(tmp_path / "live", tmp_path / "lost")
+    model_server.release()
+    running.join()
+    spans.clear()
+
+    model_server.add(reply("Hello again."))
+    resumed = Agent(model="claude-sonnet-5", store=FileStore(lost), client=model_client)
+    assert resumed.run(FileStore(lost).load("asked")) == "Hello again."
+    (rebuilt,) = [
+        a
+        for a in named(spans, "invoke_agent")
+        if (a.attributes or {}).get("alpineagents.stop_reason") == "lost"
+    ]
+    chats = named(spans, "chat")
+    (failed,) = [c for c in chats if c.status.status_code == StatusCode.ERROR]
+    assert failed.parent is not None and failed.parent.span_id == rebuilt.context.span_id
+    assert (failed.attributes or {})["error.type"] == "lost"
