@@ -386,7 +386,7 @@ class Agent:
         request = {**request, "messages": messages}
         if self.prompt_cache is not None:
             request = with_cache_breakpoints(request, self.prompt_cache)
-        reply = await _model.ask(self._model_client(), request, self.retry)
+        reply = await tracing.chat(request, _model.ask(self._model_client(), request, self.retry))
         summary = Message.assistant(reply.get("content", [])).text.strip()
         if not summary:
             raise RuntimeError(

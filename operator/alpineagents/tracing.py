@@ -172,11 +172,16 @@ def begin_attempt(state: State, model: str) -> None:
         tracing = _tracing
         if tracing is None:
             return
+    # A subagent's run (a tool call of another run) is a trace of its own, linked to the
+    # call that started it; so is a run inside a span of the caller's own.
+    caller = tracing.trace.get_current_span().get_span_context()
+    links = [tracing.trace.Link(caller)] if caller.is_valid else None
     chosen = _chosen.set((trace_id_of(state.id), 0))
     try:
         span = tracing.tracer.start_span(
             f"invoke_agent {model}",
             context=tracing.trace.set_span_in_context(tracing.trace.INVALID_SPAN),
+            links=links,
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
                 "gen_ai.provider.name": PROVIDER,

@@ -296,3 +296,31 @@ def test_an_attempt_lost_while_the_model_was_asked_has_a_failed_chat_span(
     (failed,) = [c for c in chats if c.status.status_code == StatusCode.ERROR]
     assert failed.parent is not None and failed.parent.span_id == rebuilt.context.span_id
     assert (failed.attributes or {})["error.type"] == "lost"
+
+
+def test_a_subagent_is_a_trace_of_its_own_linked_to_the_call_that_started_it(
+    tmp_path: Path,
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    spans: InMemorySpanExporter,
+) -> None:
+    store = FileStore(tmp_path)
+    helper = Agent(model="claude-haiku-5", store=store, client=model_client)
+    lead = Agent(
+        model="claude-sonnet-5",
+        store=store,
+        tools=[helper.as_tool("research", "Researches a question.")],
+        client=model_client,
+    )
+    model_server.add(
+        reply(tool_use("research", {"task": "Find it"}, id="toolu_r")),
+        reply("Found it."),
+        reply("The lead's answer."),
+    )
+    assert lead.run(State(id="lead", messages=[Message.user("Go")])) == "The lead's answer."
+    (call,) = named(spans, "execute_tool research")
+    (child,) = named(spans, "invoke_agent claude-haiku-5")
+    assert child.context.trace_id == tracing.trace_id_of("lead.toolu_r")
+    assert child.parent is None
+    assert [link.context.span_id for link in child.links] == [call.context.span_id]
+    assert (child.attributes or {})["alpineagents.state.parent_id"] == "lead"
