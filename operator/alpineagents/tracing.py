@@ -40,7 +40,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -106,8 +106,9 @@ _chosen: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
 )
 
 
-def enabled_by_environment(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
-    """Whether the ``OTEL_*`` variables ask for traces."""
+def enabled_by_environment(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the ``OTEL_*`` variables (of ``env``, default ``os.environ``) ask for traces."""
+    env = os.environ if env is None else env
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
@@ -129,22 +130,37 @@ def enable(
     Runs keep their own provider, never the global one: its ids must follow the State.
     """
     global _tracing
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-
     with _lock:
         if _tracing is not None:
             _tracing.provider.shutdown()
-        resource = Resource.create(
-            {"service.name": os.environ.get("OTEL_SERVICE_NAME") or "alpineagents"}
-        )
-        provider = TracerProvider(resource=resource, id_generator=_id_generator())
-        if processor is None:
-            processor = _batch(exporter or _exporter_from_environment())
-        provider.add_span_processor(processor)
-        capture = os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
-        _tracing = _Tracing(provider, capture)
-        return provider
+        _tracing = _made(exporter, processor)
+        return _tracing.provider
+
+
+def _made(exporter: SpanExporter | None, processor: SpanProcessor | None) -> _Tracing:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    resource = Resource.create(
+        {"service.name": os.environ.get("OTEL_SERVICE_NAME") or "alpineagents"}
+    )
+    provider = TracerProvider(resource=resource, id_generator=_id_generator())
+    provider.add_span_processor(processor or _batch(exporter or _exporter_from_environment()))
+    capture = os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
+    return _Tracing(provider, capture)
+
+
+def _current() -> _Tracing | None:
+    """The process's tracing: made from the ``OTEL_*`` variables on the first run that
+    finds them asking for it (once, however many runs start at the same time)."""
+    global _tracing
+    tracing = _tracing
+    if tracing is not None or not enabled_by_environment():
+        return tracing
+    with _lock:
+        if _tracing is None:
+            _tracing = _made(None, None)
+        return _tracing
 
 
 def disable() -> None:
@@ -164,14 +180,9 @@ def trace_id_of(state_id: str) -> int:
 # ---------------------------------------------------------------------- the Agent's hooks
 def begin_attempt(state: State, model: str) -> None:
     """A run of ``state`` begins: open its attempt span (a no-op unless tracing is on)."""
-    tracing = _tracing
+    tracing = _current()
     if tracing is None:
-        if not enabled_by_environment():
-            return
-        enable()
-        tracing = _tracing
-        if tracing is None:
-            return
+        return
     # A subagent's run (a tool call of another run) is a trace of its own, linked to the
     # call that started it; so is a run inside a span of the caller's own.
     caller = tracing.trace.get_current_span().get_span_context()

@@ -324,3 +324,34 @@ def test_a_subagent_is_a_trace_of_its_own_linked_to_the_call_that_started_it(
     assert child.parent is None
     assert [link.context.span_id for link in child.links] == [call.context.span_id]
     assert (child.attributes or {})["alpineagents.state.parent_id"] == "lead"
+
+
+@pytest.mark.parametrize(
+    ("env", "on"),
+    [
+        ({}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
+        ({"OTEL_TRACES_EXPORTER": "console"}, True),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, False),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, False),
+    ],
+)
+def test_the_standard_variables_turn_tracing_on(env: dict[str, str], on: bool) -> None:
+    assert tracing.enabled_by_environment(env) is on
+
+
+def test_an_exporter_it_cannot_make_fails_the_run_saying_what_to_set(
+    tmp_path: Path,
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tracing.disable()
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    state = State(id="misconfigured", messages=[Message.user("Hi")])
+    agent = Agent(model="claude-sonnet-5", store=FileStore(tmp_path), client=model_client)
+    with pytest.raises(ValueError, match="OTEL_TRACES_EXPORTER='zipkin' is not supported"):
+        agent.run(state)
+    assert state.stopped == "error"  # saved as the run's end, like any failure
+    assert model_server.requests == []
