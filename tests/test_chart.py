@@ -87,6 +87,13 @@ CASES: dict[str, Callable[[list[str]], Values]] = {
         "anthropic": {"apiKey": "sk-ant-example"},
         "viewer": {"enabled": True, "allowApprovals": True, "service": {"port": 8080}},
     },
+    # The monitoring objects the API server knows without the Prometheus Operator's CRDs
+    # (ServiceMonitor and PrometheusRule are rendered and checked further down).
+    "traces-and-dashboard": lambda ns: {
+        "telemetry": {"otlpEndpoint": "http://tempo.monitoring:4318", "captureContent": True},
+        "monitoring": {"grafanaDashboard": {"enabled": True}},
+        "viewer": {"enabled": True, "traceUrl": "http://jaeger:16686/trace/{trace_id}"},
+    },
     "own-service-account-no-rbac": lambda ns: {
         "serviceAccount": {"create": False, "name": "alpineagents"},
         "rbac": {"create": False},
