@@ -9,7 +9,8 @@ already on ``PATH`` (or in ``$KUBEBUILDER_ASSETS``) is used instead when its ver
 fits. Everything is built from source with the ordinary Go client through the Go
 module proxy (no release downloads): ``go build`` of a tiny generated wrapper module for
 etcd and the Kubernetes servers (their own go.mod files carry ``replace`` directives,
-which ``go install pkg@version`` refuses), ``go install`` for MinIO and helm.
+which ``go install pkg@version`` refuses), ``go install`` for MinIO, helm and promtool,
+and the collector's own builder (ocb) for the OpenTelemetry Collector.
 
 A build writes into a temporary file next to its final place and renames it there, so
 an interrupted build never leaves half a binary, and a per-binary lock file keeps two
