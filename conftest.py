@@ -14,6 +14,7 @@ pytest_plugins: list[str] = [
     "tests.bench.stores",
     "tests.bench.browser",
     "tests.bench.small_fs",
+    "tests.bench.otel_collector",
 ]
 
 

@@ -87,6 +87,13 @@ CASES: dict[str, Callable[[list[str]], Values]] = {
         "anthropic": {"apiKey": "sk-ant-example"},
         "viewer": {"enabled": True, "allowApprovals": True, "service": {"port": 8080}},
     },
+    # The monitoring objects the API server knows without the Prometheus Operator's CRDs
+    # (ServiceMonitor and PrometheusRule are rendered and checked further down).
+    "traces-and-dashboard": lambda ns: {
+        "telemetry": {"otlpEndpoint": "http://tempo.monitoring:4318", "captureContent": True},
+        "monitoring": {"grafanaDashboard": {"enabled": True}},
+        "viewer": {"enabled": True, "traceUrl": "http://jaeger:16686/trace/{trace_id}"},
+    },
     "own-service-account-no-rbac": lambda ns: {
         "serviceAccount": {"create": False, "name": "alpineagents"},
         "rbac": {"create": False},
@@ -940,3 +947,259 @@ def test_the_default_install_protects_its_minio_root_key(helm: Helm) -> None:
     )
     allowed = _operator_settings(more)["ALPINEAGENTS_ALLOWED_STORES"]
     assert allowed == "s3://archive/runs?endpoint=s3.example.com"
+
+
+# ------------------------------------------------------------------ telemetry, monitoring
+MONITORING: Values = {
+    "monitoring": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        "prometheusRule": {"enabled": True, "dailySpendUSD": 50},
+        "grafanaDashboard": {"enabled": True},
+    }
+}
+_METRIC = re.compile(r"\balpineagents_[a-z_]+\b")
+
+
+def _monitoring_objects(helm: Helm) -> dict[str, dict[str, Any]]:
+    kinds = _kinds(helm.template(MONITORING, namespace="agents"))
+    (monitor,) = kinds["ServiceMonitor"]
+    (rule,) = kinds["PrometheusRule"]
+    (dashboard,) = [c for c in kinds["ConfigMap"] if c["metadata"]["name"].endswith("-dashboard")]
+    return {"monitor": monitor, "rule": rule, "dashboard": dashboard}
+
+
+def test_monitoring_is_off_by_default(helm: Helm) -> None:
+    objects = helm.template(namespace="agents")
+    kinds = _kinds(objects)
+    assert "ServiceMonitor" not in kinds and "PrometheusRule" not in kinds
+    assert not [c for c in kinds["ConfigMap"] if c["metadata"]["name"].endswith("-dashboard")]
+    assert _operator_settings(objects)["ALPINEAGENTS_RUN_OTEL_ENV"] == ""
+
+
+def test_monitoring_renders_a_service_monitor_rules_and_a_dashboard(helm: Helm) -> None:
+    found = _monitoring_objects(helm)
+    monitor = found["monitor"]
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    services = _kinds(helm.template(MONITORING, namespace="agents"))["Service"]
+    metrics = [s for s in services if s["metadata"]["name"].endswith("-operator-metrics")]
+    assert len(metrics) == 1  # the ServiceMonitor needs the metrics Service: made for it
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= metrics[0]["metadata"]["labels"].items()
+    dashboard = found["dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    board = json.loads(dashboard["data"]["alpineagents.json"])
+    assert board["uid"] == "alpineagents-operator" and board["panels"]
+    alerts = {r["alert"] for r in found["rule"]["spec"]["groups"][0]["rules"]}
+    assert alerts == {
+        "AlpineAgentsRunStuck",
+        "AlpineAgentsResumesLooping",
+        "AlpineAgentsStoreUnreachable",
+        "AlpineAgentsSpendHigh",
+    }
+
+
+def test_every_metric_the_dashboard_and_rules_name_is_exported(helm: Helm) -> None:
+    from prometheus_client import generate_latest
+
+    from alpineagents_operator.metrics import OperatorMetrics
+
+    found = _monitoring_objects(helm)
+    named = set(_METRIC.findall(found["dashboard"]["data"]["alpineagents.json"]))
+    named |= set(_METRIC.findall(json.dumps(found["rule"]["spec"])))
+    assert named
+    metrics = OperatorMetrics()
+    # One of everything, so that every labelled series exists.
+    metrics.record_phase("agents", "one", "Running")
+    metrics.record_loss("Evicted", ("agents", "one"))
+    metrics.record_replaced(("agents", "one"))
+    metrics.resume_latency.observe(0.1)
+    metrics.record_store_error("read")
+    metrics.record_run(
+        "agents",
+        "one",
+        {"model": "claude-sonnet-5"},
+        {
+            "phase": "WaitingForApproval",
+            "usage": {"inputTokens": 10, "outputTokens": 5},
+            "costUSD": "0.01",
+            "pendingApprovals": [{"callId": "toolu_1", "name": "deploy"}],
+        },
+    )
+    exported = {
+        line.split("{")[0].split(" ")[0]
+        for line in generate_latest(metrics.registry).decode().splitlines()
+        if line and not line.startswith("#")
+    }
+    assert named <= exported, named - exported
+
+
+def _rules_file(helm: Helm, tmp_path: Path) -> Path:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(_monitoring_objects(helm)["rule"]["spec"]))
+    return rules
+
+
+def _promtool() -> Path:
+    from tests.bench.testbin import ProvisioningError, binary_path
+
+    try:
+        return binary_path("promtool")
+    except ProvisioningError as error:
+        missing("promtool", f"run `python -m tests.bench.testbin promtool`: {error}")
+
+
+def test_the_alert_rules_pass_promtool_check_and_their_unit_tests(
+    helm: Helm, tmp_path: Path
+) -> None:
+    promtool = _promtool()
+    rules = _rules_file(helm, tmp_path)
+    checked = subprocess.run(
+        [str(promtool), "check", "rules", str(rules)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    cases = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    # A run Pending for 30 minutes and counting; none Interrupted.
+                    {
+                        "series": 'alpineagents_run_phase_oldest_seconds{phase="Pending"}',
+                        "values": "0+60x40",
+                    },
+                    {
+                        "series": 'alpineagents_run_phase_oldest_seconds{phase="Interrupted"}',
+                        "values": "0x40",
+                    },
+                    {
+                        "series": 'alpineagents_run_restarts_max{namespace="agents"}',
+                        "values": "0 1 2 3 4 5 6 7 8 9 10+0x30",
+                    },
+                    {"series": 'alpineagents_run_restarts_max{namespace="calm"}', "values": "1x40"},
+                    {
+                        "series": 'alpineagents_store_errors_total{operation="read"}',
+                        "values": "0+1x40",
+                    },
+                    {
+                        "series": 'alpineagents_store_errors_total{operation="claim"}',
+                        "values": "0x40",
+                    },
+                    # 2 USD a minute in one namespace: past 50 within the day; 0 in the other.
+                    {
+                        "series": 'alpineagents_cost_usd_total{namespace="agents",model="m"}',
+                        "values": "0+2x40",
+                    },
+                    {
+                        "series": 'alpineagents_cost_usd_total{namespace="calm",model="m"}',
+                        "values": "0x40",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": "AlpineAgentsRunStuck", "exp_alerts": []},
+                    {
+                        "eval_time": "25m",
+                        "alertname": "AlpineAgentsRunStuck",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "phase": "Pending"},
+                                "exp_annotations": {
+                                    "summary": "An AgentRun has waited for a pod for more than 15 minutes",
+                                    "description": "The oldest run in phase Pending has been there 25m 0s: see kubectl describe agentrun and its events.",
+                                },
+                            }
+                        ],
+                    },
+                    {
+                        "eval_time": "20m",
+                        "alertname": "AlpineAgentsResumesLooping",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "namespace": "agents"},
+                                "exp_annotations": {
+                                    "summary": "An AgentRun keeps losing its pod and resuming",
+                                    "description": "A run in agents has restarted 10 times: look at alpineagents_pod_restarts_total by reason.",
+                                },
+                            }
+                        ],
+                    },
+                    {
+                        "eval_time": "20m",
+                        "alertname": "AlpineAgentsStoreUnreachable",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "critical", "operation": "read"},
+                                "exp_annotations": {
+                                    "summary": "The operator cannot reach the runs' store",
+                                    "description": "Store read calls have failed for 10 minutes: lost runs cannot be resumed.",
+                                },
+                            }
+                        ],
+                    },
+                    {
+                        "eval_time": "40m",
+                        "alertname": "AlpineAgentsSpendHigh",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "namespace": "agents"},
+                                "exp_annotations": {
+                                    "summary": "Runs spent more than 50 US dollars in a day",
+                                    "description": "Runs in agents spent an estimated 80.00 USD in the last 24 hours.",
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    tests = tmp_path / "rules_test.yaml"
+    tests.write_text(yaml.safe_dump(cases))
+    tested = subprocess.run(
+        [str(promtool), "test", "rules", str(tests)], capture_output=True, text=True
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_telemetry_values_give_run_pods_their_otel_variables(helm: Helm) -> None:
+    from alpineagents_operator.config import OperatorConfig
+    from alpineagents_operator.pods import pod_manifest
+    from alpineagents_operator.views import AgentRunView
+
+    objects = helm.template(
+        {
+            "telemetry": {
+                "otlpEndpoint": "http://tempo.monitoring:4318",
+                "env": {"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod"},
+            }
+        },
+        namespace="agents",
+    )
+    config = OperatorConfig.from_env(_operator_settings(objects))
+    run = AgentRunView.from_body(
+        {
+            "metadata": {"name": "triage", "namespace": "agents", "uid": "u-1"},
+            "spec": {"model": "claude-sonnet-5", "prompt": "hi"},
+        }
+    )
+    container = pod_manifest(run, 1, config)["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://tempo.monitoring:4318"
+    assert env["OTEL_SERVICE_NAME"] == "alpineagents-run"
+    assert env["OTEL_RESOURCE_ATTRIBUTES"] == "deployment.environment=prod"
+    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" not in env
+
+
+def test_telemetry_refuses_a_variable_that_is_not_otel(helm: Helm) -> None:
+    result = helm.run(
+        "template",
+        "t",
+        str(CHART),
+        f"--values={helm.values_file({'telemetry': {'env': {'PATH': '/tmp'}}})}",
+        check=False,
+    )
+    assert result.returncode != 0
+    # helm's schema error names the value and the pattern (its path is not always right).
+    assert "'PATH' does not match pattern '^OTEL_" in result.stderr

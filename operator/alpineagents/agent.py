@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from . import model as _model
+from . import tracing
 from .context import (
     TOKENS_PER_CHAR,
     Compaction,
@@ -167,6 +168,7 @@ class Agent:
                 # The client is made on first use: a resumed run saves before the SDK loads.
                 client_token = _run_client.set(_RunClient(self._client))
                 await self._save(state)
+                tracing.begin_attempt(state, self.model)  # after the save: loads the SDK
                 stopped = await self._steps(state)
                 if state.stopped != stopped:
                     state.add("stop", f"stopped: {stopped}", {"reason": stopped})
@@ -202,6 +204,7 @@ class Agent:
                 with contextlib.suppress(Exception):  # the senders get the error
                     await self._save(state)
         finally:
+            tracing.end_attempt(state)
             hold.end()
             await hold.toolsets.aclose()
             if client_token is not None:
@@ -253,11 +256,15 @@ class Agent:
         """Ask the model for its next message, saving before and after."""
         request, chars = self._next_request(state, await self._tools(state))
         state.add(
-            "model_request", f"asking {self.model}", {"model": self.model, "prompt_chars": chars}
+            "model_request",
+            f"asking {self.model}",
+            {"model": self.model, "prompt_chars": chars, **tracing.request_context()},
         )
         await self._save(state)
         try:
-            reply = await _model.ask(self._model_client(), request, self.retry)
+            reply = await tracing.chat(
+                request, _model.ask(self._model_client(), request, self.retry)
+            )
         except Exception as error:
             # Taken back: the messages stay as they were, so the next think asks again.
             state.add("model_error", error_text(error), {"error": error_text(error)}, error)
@@ -383,7 +390,7 @@ class Agent:
         request = {**request, "messages": messages}
         if self.prompt_cache is not None:
             request = with_cache_breakpoints(request, self.prompt_cache)
-        reply = await _model.ask(self._model_client(), request, self.retry)
+        reply = await tracing.chat(request, _model.ask(self._model_client(), request, self.retry))
         summary = Message.assistant(reply.get("content", [])).text.strip()
         if not summary and "tools" in request:
             # It called a tool instead: ask once more with tools off (this request alone
@@ -506,7 +513,9 @@ class Agent:
         return bool(allowed)
 
     async def _call_tools(self, state: State, runnable: list[tuple[ToolCall, Tool]]) -> None:
-        futures = [asyncio.ensure_future(self._call_one(state, c, t)) for c, t in runnable]
+        futures = [
+            asyncio.ensure_future(tracing.tool(c, self._call_one(state, c, t))) for c, t in runnable
+        ]
         try:
             for next_done in asyncio.as_completed(futures):
                 pending, outcome, content, error = await next_done

@@ -43,6 +43,8 @@ in each namespace where AgentRuns run.
 ``ALPINEAGENTS_ALLOWED_STORES``        comma-separated store URLs a run's
                                        ``spec.store`` may point under, beside
                                        ``ALPINEAGENTS_STORE`` (see store_policy)
+``ALPINEAGENTS_RUN_OTEL_ENV``          JSON object of ``OTEL_*`` variables for run pods
+                                       (their traces: the chart's ``telemetry``)
 =====================================  ==============================================
 """
 
@@ -106,6 +108,9 @@ class OperatorConfig:
     allowed_stores: tuple[str, ...] = ()
     """Store URLs beside :attr:`store` under which ``spec.store`` may point (the
     operator's key goes nowhere else, see :mod:`.store_policy`)."""
+    run_otel_env: Mapping[str, str] = field(default_factory=dict)
+    """``OTEL_*`` variables every run pod gets (where its traces go); a run's own
+    ``spec.env`` may override them."""
 
     @property
     def per_run_credentials(self) -> bool:
@@ -199,7 +204,25 @@ class OperatorConfig:
             ),
             protected_secrets=_names(text("ALPINEAGENTS_PROTECTED_SECRETS", "")),
             allowed_stores=_names(text("ALPINEAGENTS_ALLOWED_STORES", "")),
+            run_otel_env=_otel_env(text("ALPINEAGENTS_RUN_OTEL_ENV", "")),
         )
+
+
+def _otel_env(text: str) -> dict[str, str]:
+    """``ALPINEAGENTS_RUN_OTEL_ENV``: a JSON object of ``OTEL_*`` names to string values."""
+    if not text.strip():
+        return {}
+    problem = "ALPINEAGENTS_RUN_OTEL_ENV must be a JSON object of OTEL_* names to strings"
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{problem}: {error}") from None
+    if not isinstance(parsed, dict) or not all(
+        isinstance(k, str) and k.startswith("OTEL_") and isinstance(v, str)
+        for k, v in parsed.items()
+    ):
+        raise ValueError(f"{problem}, got {text!r}")
+    return parsed
 
 
 def _names(listed: str) -> tuple[str, ...]:

@@ -284,6 +284,7 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         ours.append({"name": "ANTHROPIC_BASE_URL", "value": config.anthropic_base_url})
     if config.prices:
         ours.append({"name": ENV_PRICES, "value": config.prices})
+    ours += [{"name": k, "value": v} for k, v in config.run_otel_env.items()]  # traces
     if config.encryption_secret:
         ours.append(
             _secret_env(ENV_ENCRYPTION_KEYS, config.encryption_secret, config.encryption_secret_key)

@@ -290,7 +290,10 @@ class Reconciler:
             store = self._store(url)
         except Exception as error:  # a bad URL: let the pod report it in its own words
             return SavedView(exists=False, error=f"cannot open store {redact(url)!r}: {error}")
-        return await asyncio.to_thread(saved_state.read_saved, store, run.state_id)
+        saved = await asyncio.to_thread(saved_state.read_saved, store, run.state_id)
+        if saved.error is not None:
+            self.metrics.record_store_error("read")
+        return saved
 
     async def _apply(
         self, run: AgentRunView, body: JSON, decision: Decision
@@ -329,6 +332,7 @@ class Reconciler:
             due = self._due_at.pop(key, None)
             if due is not None and decision.create_pod > 1:
                 self.metrics.resume_latency.observe(max(0.0, time.monotonic() - due))
+            self.metrics.record_replaced(key)
         answered = None
         if decision.status:
             answered = await asyncio.to_thread(
@@ -339,10 +343,11 @@ class Reconciler:
             task = asyncio.create_task(self._post_events(body, decision.events))
             self._posting.setdefault(key, []).append(task)
         if decision.lost_reason is not None:
-            self.metrics.record_loss(decision.lost_reason)
+            self.metrics.record_loss(decision.lost_reason, key)
             self._due_at[key] = time.monotonic() + (decision.requeue_after or 0.0)
         phase = decision.status.get("phase", run.status.phase)
         self.metrics.record_phase(run.namespace, run.name, str(phase) if phase else None)
+        self.metrics.record_run(*key, run.spec, {**run.status.raw, **decision.status})
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
         return decision, answered
@@ -417,6 +422,7 @@ class Reconciler:
                 store = self._fencers[url] = self._open_store(url)
             await asyncio.to_thread(saved_state.claim, store, run.state_id)
         except Exception as error:  # any failure: the replacement waits and tries again
+            self.metrics.record_store_error("claim")
             return f"{type(error).__name__}: {error}"
         return None
 

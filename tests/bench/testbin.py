@@ -9,7 +9,8 @@ already on ``PATH`` (or in ``$KUBEBUILDER_ASSETS``) is used instead when its ver
 fits. Everything is built from source with the ordinary Go client through the Go
 module proxy (no release downloads): ``go build`` of a tiny generated wrapper module for
 etcd and the Kubernetes servers (their own go.mod files carry ``replace`` directives,
-which ``go install pkg@version`` refuses), ``go install`` for MinIO and helm.
+which ``go install pkg@version`` refuses), ``go install`` for MinIO, helm and promtool,
+and the collector's own builder (ocb) for the OpenTelemetry Collector.
 
 A build writes into a temporary file next to its final place and renames it there, so
 an interrupted build never leaves half a binary, and a per-binary lock file keeps two
@@ -50,6 +51,13 @@ CRICTL_VERSION = "v1.34.0"
 # 2026, after the last community release RELEASE.2025-10-15T17-29-55Z); older release
 # commits are refused by it.
 MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
+# The OpenTelemetry Collector the tracing tests export to: a build of our own by the
+# collector's builder (ocb) with only the OTLP receiver and the file exporter, far
+# lighter than otelcol-contrib. The core and contrib modules share this version.
+OTELCOL_VERSION = "v0.165.0"
+# promtool checks and unit-tests the chart's alert rules. Prometheus v3 tags its Go
+# module v0.3xx.y (v3.16.0 is v0.316.0).
+PROMETHEUS_VERSION = "v0.316.0"
 
 _DEFAULT_GO = "/usr/local/go/bin/go"
 # The control plane's servers, kubectl, and what a node runs (tests/bench/real_node.py).
@@ -270,6 +278,61 @@ def _go_install_builder(package: str, version: str, ldflags: str) -> Callable[[P
     return build
 
 
+# --- the OpenTelemetry Collector: ocb builds a distribution from a manifest ------------
+
+
+def _otelcol_manifest(out_dir: Path) -> str:
+    return "\n".join(
+        [
+            "dist:",
+            "  name: otelcol",
+            "  description: OTLP in, a file out (the alpineagents tracing tests)",
+            f"  version: {OTELCOL_VERSION.removeprefix('v')}",
+            f"  output_path: {out_dir}",
+            "receivers:",
+            f"  - gomod: go.opentelemetry.io/collector/receiver/otlpreceiver {OTELCOL_VERSION}",
+            "exporters:",
+            "  - gomod: github.com/open-telemetry/opentelemetry-collector-contrib/exporter/"
+            f"fileexporter {OTELCOL_VERSION}",
+            "",
+        ]
+    )
+
+
+def _build_otelcol(out: Path) -> None:
+    builder_out = out.parent / ".ocb"
+    builder_out.mkdir(exist_ok=True)
+    _go_install_builder("go.opentelemetry.io/collector/cmd/builder", OTELCOL_VERSION, "-s -w")(
+        builder_out / "builder"
+    )
+    source = cache_root() / "src" / f"otelcol-{OTELCOL_VERSION}"
+    source.mkdir(parents=True, exist_ok=True)
+    manifest = source / "manifest.yaml"
+    _write_if_changed(manifest, _otelcol_manifest(source / "dist"))
+    # ocb only writes the sources here: its own `go mod tidy` also resolves the tests of
+    # every dependency, and the module proxy refuses one of those (fileexporter's tests
+    # import contrib's otlpencodingextension, "403 not available"). `go build -mod=mod`
+    # resolves only what the binary imports.
+    result = subprocess.run(
+        [
+            str(builder_out / "builder"),
+            f"--config={manifest}",
+            "--skip-compilation",
+            "--skip-get-modules",
+        ],
+        cwd=source,
+        env=_go_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.splitlines()[-40:])
+        raise ProvisioningError(f"the collector builder (ocb) failed in {source}:\n{tail}")
+    _run_go(["build", "-trimpath", "-ldflags=-s -w", "-o", str(out), "."], source / "dist")
+
+
 # --- version checks for binaries found on PATH -----------------------------------------
 
 
@@ -357,6 +420,20 @@ _BINARIES: dict[str, _Binary] = {
             f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
         ),
         _same_minor(HELM_VERSION, ["version", "--short"], r"(v3\.\d+\.\d+)"),
+    ),
+    "otelcol": _Binary(
+        "otelcol",
+        OTELCOL_VERSION,
+        _build_otelcol,
+        lambda path: False,  # ours has exactly the receiver and exporter the tests use
+    ),
+    "promtool": _Binary(
+        "promtool",
+        PROMETHEUS_VERSION,
+        _go_install_builder(
+            "github.com/prometheus/prometheus/cmd/promtool", PROMETHEUS_VERSION, "-s -w"
+        ),
+        lambda path: False,  # the rule tests' syntax follows the pinned version
     ),
     # kind's own Makefile stamps only the version; the node image it wants by default is
     # irrelevant here (the bench always passes --image).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import secrets
 import socket
 import sys
@@ -57,6 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="in a pod: AgentRuns as the pod's ServiceAccount sees them (the chart's viewer)",
     )
     parser.add_argument(
+        "--trace-url",
+        metavar="TEMPLATE",
+        default=os.environ.get("ALPINEAGENTS_TRACE_URL") or None,
+        help="link each run to its trace in your tracing UI: its address with {trace_id} "
+        "for the trace's id, e.g. http://localhost:16686/trace/{trace_id} (Jaeger; "
+        "default: $ALPINEAGENTS_TRACE_URL)",
+    )
+    parser.add_argument(
         "--kubeconfig",
         metavar="PATH",
         help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)",
@@ -93,8 +102,15 @@ def serve(args: argparse.Namespace, store: Store, *, out: TextIO = sys.stdout) -
             f"--allow-approvals with --host {args.host} lets other machines answer tool "
             f"calls: add --allow-remote-approvals if that is meant, or serve on 127.0.0.1"
         )
+    if args.trace_url and "{trace_id}" not in args.trace_url:
+        raise UsageError(
+            f"--trace-url {args.trace_url!r} has no {{trace_id}} where the trace's id goes, "
+            f"e.g. http://localhost:16686/trace/{{trace_id}}"
+        )
     cluster = None if args.no_cluster else _cluster(args)
-    viewer = RunViewer(store, cluster=cluster, allow_approvals=args.allow_approvals)
+    viewer = RunViewer(
+        store, cluster=cluster, allow_approvals=args.allow_approvals, trace_url=args.trace_url
+    )
     hosts = ["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else ["*"]
     # As Jupyter does: only whoever sees the address printed here can answer calls.
     token = secrets.token_urlsafe(24) if args.allow_approvals else None
@@ -124,8 +140,6 @@ def serve(args: argparse.Namespace, store: Store, *, out: TextIO = sys.stdout) -
 
 
 def _cluster(args: argparse.Namespace) -> Cluster | None:
-    import os
-
     from .cluster import Cluster, ClusterError
 
     path = args.kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")

@@ -18,6 +18,7 @@ from typing import Any
 from alpineagents import State, StateInfo, Store, collection
 from alpineagents.liveness import is_running
 from alpineagents.state import check_format
+from alpineagents.tracing import trace_id_of
 
 from .attempts import RunCounts
 from .cluster import Answer, Cluster, ClusterError, ClusterRun
@@ -165,6 +166,8 @@ class Update:
     about: JSON | None = None
     follow_id: str | None = None
     process: str | None = None
+    trace_url: str | None = None
+    """The run's trace in the tracing UI (first message only, when one is configured)."""
 
     def to_json(self) -> JSON:
         """The message as the page gets it: rows as lists, their fields named once."""
@@ -180,6 +183,7 @@ class Update:
             "about": self.about,
             "follow_id": self.follow_id,
             "process": self.process,
+            "trace_url": self.trace_url,
         }
 
 
@@ -197,8 +201,12 @@ class RunViewer:
         allow_approvals: bool = False,
         fast_poll: float = FAST_POLL,
         slow_poll: float = SLOW_POLL,
+        trace_url: str | None = None,
     ) -> None:
         self.store = store
+        self.trace_url = trace_url
+        """A tracing UI's address of a trace, ``{trace_id}`` standing for its id (32 hex
+        digits, as ``alpineagents.tracing`` makes it from the State id); None: no links."""
         self.cluster = cluster
         self.allow_approvals = allow_approvals
         self.fast_poll = fast_poll
@@ -216,6 +224,12 @@ class RunViewer:
             "cluster": self.cluster.where if self.cluster else None,
             "approvals": self.allow_approvals,
         }
+
+    def trace_link(self, state_id: str) -> str | None:
+        """The address of the run's trace in the tracing UI, if one is configured."""
+        if not self.trace_url:
+            return None
+        return self.trace_url.replace("{trace_id}", format(trace_id_of(state_id), "032x"))
 
     # ------------------------------------------------------------------ runs
     async def runs(self) -> JSON:
@@ -287,6 +301,7 @@ class RunViewer:
                 about=self.about(),
                 follow_id=follow_id,
                 process=process,
+                trace_url=self.trace_link(state_id),
             )
             info, cluster_seen = dict(record.info), asyncio.get_running_loop().time()
             shown = run.to_json() if run else None

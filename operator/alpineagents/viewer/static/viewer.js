@@ -194,7 +194,7 @@ function showRun(id) {
     <section class="run" data-run="${esc(id)}">
       <div class="run-head">
         <div class="titles">
-          <h1><a href="/" title="All runs">Runs</a> / <span class="id" title="${esc(id)}">${esc(id)}</span> <span id="run-status"></span></h1>
+          <h1><a href="/" title="All runs">Runs</a> / <span class="id" title="${esc(id)}">${esc(id)}</span> <span id="run-status"></span> <a id="trace-link" target="_blank" rel="noopener" hidden>trace ↗</a></h1>
           <div class="facts" id="facts">loading…</div>
         </div>
         <div class="plot" id="plot"></div>
@@ -472,6 +472,7 @@ function showRun(id) {
       followId = update.follow_id;
     }
     if (update.about) { about = update.about; showAbout(); }
+    if (update.trace_url) Object.assign(document.getElementById("trace-link"), { href: update.trace_url, hidden: false });
     place(update.columns, update.rows);
     summary = update.summary; info = update.info || {}; cluster = update.cluster; process = update.process ?? null;
     if (Object.keys(chosen).some((c) => !summary.awaiting.some((a) => a.call_id === c))) chosen = {};
