@@ -340,8 +340,7 @@ class Agent:
         exhausted = True
         if policy.clear_results:
             results = state.clearable_results()
-            kept = results[len(results) - policy.keep_results :] if policy.keep_results else []
-            cleared = results[: len(results) - len(kept)]
+            cleared = results[: max(0, len(results) - policy.keep_results)]
             through, saved = -1, 0
             for seq, size in cleared:
                 if estimate - saved * ratio <= target:

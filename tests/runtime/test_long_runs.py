@@ -190,6 +190,19 @@ class TestContextWindow:
         assert "Summarize the conversation" in json.dumps(summary_request)
         assert last["messages"][0]["content"][0]["text"].endswith("Summary: four pages.")
 
+    def test_the_newest_results_are_never_cleared(
+        self, store: FileStore, model_server: ModelServer
+    ) -> None:
+        too_long = "prompt is too long: 250000 tokens > 200000 maximum"
+        model_server.add(
+            *pages(0, 4), error(400, too_long), reply("Summary: four pages."), reply("Done.")
+        )
+        state = State("kept", [Message.user("Fetch four pages")])
+        assert agent(store, compaction=Compaction(keep_results=5)).run(state) == "Done."
+        # Fewer results than keep_results: none cleared; a summary makes the room.
+        kinds = [e.kind for e in state.history]
+        assert "cleared" not in kinds and "compaction" in kinds
+
     def test_past_clearing_older_turns_are_summarized(
         self, store: FileStore, model_server: ModelServer
     ) -> None:
