@@ -5,8 +5,9 @@ the operator asks the store's STS for temporary credentials (``AssumeRole`` with
 inline session policy, :func:`run_policy`) that may only
 
 - get, put and delete objects under the run's State folder ``<prefix><id>/`` and its
-  subagents' folders ``<prefix><id>%2E<call id>/`` (a subagent's id is
-  ``"<parent id>.<call id>"``, and ``.`` is encoded as ``%2E`` in keys), and
+  subagents' folders ``<prefix><id>%2Etoolu_<...>/`` (a subagent's id is
+  ``"<parent id>.<call id>"``, ``.`` is encoded as ``%2E`` in keys, and the API's call
+  ids start ``toolu_``, which no AgentRun's id can), and
 - list keys under those folders.
 
 Everything else is refused by the store (403): other runs' folders, listing the bucket or
@@ -140,7 +141,10 @@ class StsAccess:
 def run_policy(bucket: str, prefix: str, state_id: str) -> JSON:
     """The session policy of a run's credentials: its State folder and its subagents'."""
     folder = f"{prefix}{encode_id(state_id)}"
-    subagents = folder + encode_id(".")  # "<id>%2E<call id>": the ids "<id>.<call id>"
+    # A subagent's id is "<id>.<call id>", and the API's call ids start "toolu_": an
+    # underscore no AgentRun name (a DNS name) has, so "<id>.<uid>" of another run named
+    # "<name>.<uid prefix>" is not among them.
+    subagents = folder + encode_id(".toolu_")
     return {
         "Version": "2012-10-17",
         "Statement": [

@@ -145,14 +145,18 @@ def test_a_runs_credentials_are_refused_everywhere_else(minio: S3Server, minio_b
     save_a_state(admin, OTHER_RUN, "the other team's secrets")
     # A run whose id starts like ours but is not ours nor a subagent of ours.
     save_a_state(admin, RUN + "x", "a neighbour")
+    # Another AgentRun named "<our name>.<our uid prefix>": its id is "<our id>.<its uid>".
+    save_a_state(admin, RUN + ".0a0a0a0a", "a run named like our subagents")
     credentials = mint_run_credentials(access_for(minio, minio_bucket), RUN, HOUR)
     client = client_with(minio, credentials)
     other = f"runs/{OTHER_RUN.replace('.', '%2E')}/"
     neighbour = f"runs/{(RUN + 'x').replace('.', '%2E')}/"
+    lookalike = f"runs/{(RUN + '.0a0a0a0a').replace('.', '%2E')}/"
     forbidden = (403, "AccessDenied")
 
     assert refusal(lambda: client.get_object(minio_bucket, other + "info.json")) == forbidden
     assert refusal(lambda: client.get_object(minio_bucket, neighbour + "info.json")) == forbidden
+    assert refusal(lambda: client.get_object(minio_bucket, lookalike + "info.json")) == forbidden
     assert (
         refusal(lambda: client.put_object(minio_bucket, other + "info.json", io.BytesIO(b"{}"), 2))
         == forbidden
@@ -302,11 +306,11 @@ def test_the_policy_names_the_runs_folder_and_its_subagents_only() -> None:
     objects, listing = policy["Statement"]
     assert objects["Resource"] == [
         "arn:aws:s3:::bkt/team/runs/agents%2Etriage%2E6f1d2c3b/*",
-        "arn:aws:s3:::bkt/team/runs/agents%2Etriage%2E6f1d2c3b%2E*",
+        "arn:aws:s3:::bkt/team/runs/agents%2Etriage%2E6f1d2c3b%2Etoolu_*",
     ]
     assert listing["Condition"]["StringLike"]["s3:prefix"] == [
         "team/runs/agents%2Etriage%2E6f1d2c3b/*",
-        "team/runs/agents%2Etriage%2E6f1d2c3b%2E*",
+        "team/runs/agents%2Etriage%2E6f1d2c3b%2Etoolu_*",
     ]
     assert json.dumps(policy).count("*") == 4  # nothing wider
 
