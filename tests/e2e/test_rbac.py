@@ -56,9 +56,14 @@ def test_the_charts_role_grants_exactly_what_the_operator_calls(node_env: Enviro
         )
         for c in ours
     }
-    role = json.loads(e2e.kubectl("get", "role", e2e.operator, "-o", "json").stdout)
+    # The operator's Role, and the Role of the one Lease its replicas elect a leader with.
+    roles = [
+        json.loads(e2e.kubectl("get", "role", name, "-o", "json").stdout)
+        for name in (e2e.operator, f"{e2e.operator}-leader")
+    ]
     granted = {
         (group, resource, verb)
+        for role in roles
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
