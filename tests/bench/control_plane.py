@@ -347,7 +347,9 @@ class ControlPlane:
         ``system:serviceaccount:<namespace>:<name>``: verb, objectRef, responseStatus."""
         events = []
         path = self.workdir / "audit.log"
-        for line in path.read_text().splitlines() if path.exists() else []:
+        text = path.read_text() if path.exists() else ""
+        # The server may be writing the last line as we read: only whole lines count.
+        for line in text[: text.rfind("\n") + 1].splitlines():
             event = json.loads(line)
             if event.get("user", {}).get("username") == user:
                 events.append(event)
