@@ -1,7 +1,8 @@
 """The spec fields of a long run: ``promptCache``, ``contextWindow``, ``compaction``,
 ``budget`` (and the price table a pod is given in ``ALPINEAGENTS_PRICES``).
 
-Checked into :class:`LongRunPlan`, which :func:`apply` sets on an Agent.
+Checked into :class:`LongRunPlan`; :func:`~alpineagents.runner.build.build_agent` sets the
+fields a spec gives on its Agent (a factory's Agent keeps its own for the others).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ..context import Compaction
 from ..pod_contract import ENV_PRICES
 from ..usage import Budget, CacheTTL, Price
 
-__all__ = ["ENV_PRICES", "FIELDS", "LongRunPlan", "parse_long_run", "prices_from"]
+__all__ = ["FIELDS", "LongRunPlan", "parse_long_run", "prices_from"]
 
 FIELDS = ("promptCache", "contextWindow", "compaction", "budget")
 
@@ -24,7 +25,7 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class LongRunPlan:
-    """What a spec asks of a long run; ``None`` fields keep the Agent's defaults."""
+    """What a spec asks of a long run (the Agent's defaults where it asks nothing)."""
 
     prompt_cache: CacheTTL | None = "5m"
     context_window: int | None = None
