@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("langchain_anthropic", reason="the bench extra is not installed")
-pytest.importorskip("matplotlib", reason="the bench extra is not installed")
-
 from benchmarks import billed_runs, long_runs
 
 
