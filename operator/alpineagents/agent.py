@@ -17,8 +17,11 @@ from . import model as _model
 from . import tracing
 from .context import (
     TOKENS_PER_CHAR,
+    ApiMessages,
     Compaction,
     check_cache_ttl,
+    compaction_cut,
+    merged_messages,
     window_for,
     with_cache_breakpoints,
 )
@@ -372,7 +375,7 @@ class Agent:
         ratio: float,
     ) -> bool:
         """Replace the turns before the last ``policy.keep_turns`` by a model-written summary."""
-        cut = _compaction_cut(state.messages, policy.keep_turns)
+        cut = compaction_cut(state.messages, policy.keep_turns)
         if cut < 1:
             return False
         ask = {"type": "text", "text": _SUMMARY_ASK}
@@ -562,7 +565,7 @@ class Agent:
 
     def _request(self, messages: list[Message], tools: dict[str, Tool]) -> dict[str, Any]:
         """A request for ``messages`` as they are (no cache breakpoints)."""
-        return self._request_of(_merged(messages), tools)
+        return self._request_of(merged_messages(messages), tools)
 
     def _request_of(self, merged: list[dict[str, Any]], tools: dict[str, Tool]) -> dict[str, Any]:
         request: dict[str, Any] = {
@@ -585,7 +588,7 @@ class Agent:
         if isinstance(hold, _Run):
             merged, chars = hold.api_messages(state)
         else:
-            merged = _merged(state.messages)
+            merged = merged_messages(state.messages)
             chars = len(json.dumps(merged))
         request = self._request_of(merged, tools)
         chars += len(json.dumps(request.get("tools", []))) + len(json.dumps(self.system or ""))
@@ -620,7 +623,7 @@ class _Run:
         self.background: set[asyncio.Future[None]] = set()
         self.toolsets = RunToolsets(agent.toolsets)
         """The agent's toolsets (MCP servers): opened on the run's first step, closed at its end."""
-        self.api_messages = _ApiMessages()
+        self.api_messages = ApiMessages()
         """The conversation as the run's requests send it, kept from step to step."""
         self._sends: list[tuple[int, concurrent.futures.Future[None]]] = []
         self._sends_lock = threading.Lock()
@@ -727,87 +730,6 @@ class _RunClient:
     async def close(self) -> None:
         if self._made is not None:
             await _model.close(self._made)
-
-
-class _ApiMessages:
-    """The messages of the requests of one run, in the API's shape, built step by step.
-
-    Each request appends what the conversation gained since the last one instead of
-    converting the whole conversation again, so a step costs the same at any length and
-    leaves no garbage that grows with it; the JSON length of the list is kept the same
-    way. A compaction or a clearing (which change messages in place) builds it anew.
-    """
-
-    def __init__(self) -> None:
-        self._merged: list[dict[str, Any]] = []
-        self._sizes: list[int] = []
-        self._chars = 2  # "[]"
-        self._seen = 0
-        self._edits = -1
-        self._first: Message | None = None
-        self._last: Message | None = None
-
-    def __call__(self, state: State) -> tuple[list[dict[str, Any]], int]:
-        messages, seen = state.messages, self._seen
-        if state.context_edits != self._edits or (
-            seen
-            and (
-                len(messages) < seen
-                or messages[0] is not self._first
-                or messages[seen - 1] is not self._last
-            )
-        ):
-            self._merged, self._sizes, self._chars, seen = [], [], 2, 0
-            self._edits = state.context_edits
-        for message in messages[seen:]:
-            merged = len(self._merged)
-            _append_merged(self._merged, message)
-            if len(self._merged) == merged:  # joined the last one
-                self._chars -= self._sizes.pop()
-            size = len(json.dumps(self._merged[-1])) + (2 if self._sizes else 0)  # ", "
-            self._sizes.append(size)
-            self._chars += size
-        self._seen = len(messages)
-        self._first = messages[0] if messages else None
-        self._last = messages[-1] if messages else None
-        return self._merged, self._chars
-
-
-def _append_merged(merged: list[dict[str, Any]], message: Message) -> None:
-    """Add a message: consecutive messages of one role become one (the API wants that)."""
-    if merged and merged[-1]["role"] == message.role:
-        # A new dict: the one before may belong to a request already sent.
-        merged[-1] = {"role": message.role, "content": [*merged[-1]["content"], *message.blocks]}
-    else:
-        merged.append({"role": message.role, "content": message.blocks})
-
-
-def _merged(messages: list[Message]) -> list[dict[str, Any]]:
-    """Messages for the API: consecutive messages of one role become one."""
-    merged: list[dict[str, Any]] = []
-    for message in messages:
-        _append_merged(merged, message)
-    return merged
-
-
-def _compaction_cut(messages: list[Message], keep_turns: int) -> int:
-    """Where a summary's replacement ends: the latest place that keeps ``keep_turns``
-    replies after it (or, in a shorter run, the latest place at all) where the kept tail
-    can begin, an assistant message or a user message that answers no tool call."""
-    replies = 0
-    latest = 0
-    for index in range(len(messages) - 1, 0, -1):
-        message = messages[index]
-        if message.role == "assistant":
-            replies += 1
-        can_begin = message.role == "assistant" or not any(
-            b.get("type") == "tool_result" for b in message.blocks
-        )
-        if can_begin:
-            latest = latest or index
-            if replies >= keep_turns:
-                return index
-    return latest
 
 
 def _usage_of(reply: dict[str, Any]) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""The context a request carries: the model's window, prompt caching, compaction settings.
+"""The context a request carries: the model's window, prompt caching, compaction, and the
+conversation in the API's shape (:class:`ApiMessages`, built step by step for a run).
 
 A long run stays inside its model's window in two large steps (:class:`Compaction`):
 first the results of older tool calls are cleared from the request (the history keeps
@@ -15,17 +16,25 @@ reads what the lost pod wrote.
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .messages import Message
 from .usage import CacheTTL
+
+if TYPE_CHECKING:
+    from .state import State
 
 __all__ = [
     "DEFAULT_WINDOW",
     "WINDOWS",
+    "ApiMessages",
     "Compaction",
     "UnknownModelWarning",
+    "compaction_cut",
+    "merged_messages",
     "window_for",
     "with_cache_breakpoints",
 ]
@@ -130,3 +139,84 @@ def with_cache_breakpoints(request: dict[str, Any], ttl: CacheTTL) -> dict[str, 
         messages[index] = {**message, "content": blocks}
     marked["messages"] = messages
     return marked
+
+
+class ApiMessages:
+    """The messages of the requests of one run, in the API's shape, built step by step.
+
+    Each request appends what the conversation gained since the last one instead of
+    converting the whole conversation again, so a step costs the same at any length and
+    leaves no garbage that grows with it; the JSON length of the list is kept the same
+    way. A compaction or a clearing (which change messages in place) builds it anew.
+    """
+
+    def __init__(self) -> None:
+        self._merged: list[dict[str, Any]] = []
+        self._sizes: list[int] = []
+        self._chars = 2  # "[]"
+        self._seen = 0
+        self._edits = -1
+        self._first: Message | None = None
+        self._last: Message | None = None
+
+    def __call__(self, state: State) -> tuple[list[dict[str, Any]], int]:
+        messages, seen = state.messages, self._seen
+        if state.context_edits != self._edits or (
+            seen
+            and (
+                len(messages) < seen
+                or messages[0] is not self._first
+                or messages[seen - 1] is not self._last
+            )
+        ):
+            self._merged, self._sizes, self._chars, seen = [], [], 2, 0
+            self._edits = state.context_edits
+        for message in messages[seen:]:
+            merged = len(self._merged)
+            _append_merged(self._merged, message)
+            if len(self._merged) == merged:  # joined the last one
+                self._chars -= self._sizes.pop()
+            size = len(json.dumps(self._merged[-1])) + (2 if self._sizes else 0)  # ", "
+            self._sizes.append(size)
+            self._chars += size
+        self._seen = len(messages)
+        self._first = messages[0] if messages else None
+        self._last = messages[-1] if messages else None
+        return self._merged, self._chars
+
+
+def _append_merged(merged: list[dict[str, Any]], message: Message) -> None:
+    """Add a message: consecutive messages of one role become one (the API wants that)."""
+    if merged and merged[-1]["role"] == message.role:
+        # A new dict: the one before may belong to a request already sent.
+        merged[-1] = {"role": message.role, "content": [*merged[-1]["content"], *message.blocks]}
+    else:
+        merged.append({"role": message.role, "content": message.blocks})
+
+
+def merged_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Messages for the API: consecutive messages of one role become one."""
+    merged: list[dict[str, Any]] = []
+    for message in messages:
+        _append_merged(merged, message)
+    return merged
+
+
+def compaction_cut(messages: list[Message], keep_turns: int) -> int:
+    """Where a summary's replacement ends: the latest place that keeps ``keep_turns``
+    replies after it (or, in a shorter run, the latest place at all) where the kept tail
+    can begin, an assistant message or a user message that answers no tool call."""
+    replies = 0
+    latest = 0
+    for index in range(len(messages) - 1, 0, -1):
+        message = messages[index]
+        if message.role == "assistant":
+            replies += 1
+        can_begin = message.role == "assistant" or not any(
+            b.get("type") == "tool_result" for b in message.blocks
+        )
+        if can_begin:
+            latest = latest or index
+            if replies >= keep_turns:
+                return index
+    return latest
