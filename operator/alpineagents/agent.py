@@ -332,7 +332,7 @@ class Agent:
             return False
         window = window_for(self.model, self.context_window)
         tools = await self._tools(state)
-        _, chars = self._next_request(state, tools)
+        _, chars = self._next_request(state, tools, marked=False)
         ratio = too_long / chars if too_long else state.tokens_per_char or TOKENS_PER_CHAR
         estimate = chars * ratio
         fits = estimate <= window * policy.trigger and estimate + self.max_tokens <= window
@@ -359,7 +359,7 @@ class Agent:
                 )
                 await self._save(state)
                 changed = True
-                _, chars = self._next_request(state, tools)
+                _, chars = self._next_request(state, tools, marked=False)
                 estimate = chars * ratio
         over = estimate > window * policy.trigger or estimate + self.max_tokens > window
         if policy.summarize and estimate > target and (exhausted or over):
