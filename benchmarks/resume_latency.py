@@ -71,6 +71,27 @@ class PodEvent:
     type: str
     name: str
     finished: bool
+    scheduled: bool = False  # bound to the node
+    sandbox: bool = False  # the kubelet made the pod's sandbox (PodReadyToStartContainers)
+    running: bool = False  # the kubelet reports the container running
+
+
+PHASES = [
+    ("issued", "observed", "delete issued → loss observed"),
+    ("observed", "created", "operator: loss observed → replacement created"),
+    ("created", "scheduled", "replacement created → scheduled"),
+    ("scheduled", "sandbox", "scheduled → sandbox ready"),
+    ("sandbox", "process", "sandbox ready → runner process started"),
+    ("process", "imported", "process started → runtime imported"),
+    ("imported", "opened", "runtime imported → store opened, agent built"),
+    ("opened", "read", "store opened → State read"),
+    ("read", "claimed", "State read → claimed"),
+    ("claimed", "first_save", "claimed → first saved entry"),
+]
+"""The phases of one resume, each from one moment of :class:`Loss` to the next. The
+moments up to *sandbox* are arrival times on the benchmark's pod watch; *process* to
+*claimed* are the runner's own marks (the ``startup`` field of its JSON ``resume`` line:
+:mod:`alpineagents.runner.startup`); *first_save* is the first saved entry's time."""
 
 
 @dataclass
@@ -81,7 +102,20 @@ class Loss:
     issued: float = 0.0
     observed: float = 0.0
     created: float = 0.0
+    scheduled: float = 0.0
+    sandbox: float = 0.0
+    running: float = 0.0  # container running, as the kubelet reports it (not in PHASES)
+    process: float = 0.0
+    imported: float = 0.0
+    opened: float = 0.0
+    read: float = 0.0
+    claimed: float = 0.0
     first_save: float = 0.0
+
+    def phase(self, start: str, end: str) -> float | None:
+        """Seconds from moment ``start`` to ``end``, None when either was not seen."""
+        began, ended = getattr(self, start), getattr(self, end)
+        return ended - began if began and ended else None
 
     @property
     def operator(self) -> float:
@@ -159,7 +193,9 @@ class PodWatch:
                 version = obj["metadata"].get("resourceVersion", version)
                 if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
                     continue
-                record = PodEvent(at, event["type"], obj["metadata"]["name"], _finished(obj))
+                record = PodEvent(
+                    at, event["type"], obj["metadata"]["name"], _finished(obj), *_progress(obj)
+                )
                 with self._changed:
                     self.events.append(record)
                     self._changed.notify_all()
@@ -187,6 +223,20 @@ def _finished(pod: dict[str, Any]) -> bool:
     return any(
         "terminated" in (c.get("state") or {}) for c in status.get("containerStatuses") or []
     )
+
+
+def _progress(pod: dict[str, Any]) -> tuple[bool, bool, bool]:
+    """How far the pod's start got: scheduled, sandbox ready, container running."""
+    status = pod.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    scheduled = bool((pod.get("spec") or {}).get("nodeName")) or (
+        conditions.get("PodScheduled") == "True"
+    )
+    sandbox = conditions.get("PodReadyToStartContainers") == "True"
+    running = any(
+        "running" in (c.get("state") or {}) for c in status.get("containerStatuses") or []
+    )
+    return scheduled, sandbox, running
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -243,6 +293,8 @@ def _manifest(name: str, command: str) -> dict[str, Any]:
             "maxTurns": 5,
             "restartPolicy": {"initialBackoffSeconds": 0, "maxRestarts": 3},
             "resources": RUN_RESOURCES,
+            # The JSON log carries the runner's startup marks (the text log does not).
+            "env": [{"name": "ALPINEAGENTS_LOG_FORMAT", "value": "json"}],
         },
     }
 
@@ -297,6 +349,20 @@ def _entry_times(cluster: Any, state_ids: list[str]) -> dict[str, list[float]]:
     }
 
 
+def _startup_marks(core: Any, pod: str) -> dict[str, float]:
+    """The runner's startup marks from the pod's log (its JSON ``resume`` line)."""
+    try:
+        log = core.read_namespaced_pod_log(pod, NAMESPACE, container="agent")
+    except Exception:  # no log to read: the phases it gives stay unmeasured
+        return {}
+    for line in str(log).splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("event") == "resume":
+                return {str(k): float(v) for k, v in (record.get("startup") or {}).items()}
+    return {}
+
+
 # --------------------------------------------------------------------------- one round
 
 
@@ -306,6 +372,10 @@ def _gone(pod: str) -> Callable[[PodEvent], bool]:
 
 def _added(pod: str) -> Callable[[PodEvent], bool]:
     return lambda e: e.name == pod and e.type == "ADDED"
+
+
+def _reached(pod: str, stage: str) -> Callable[[PodEvent], bool]:
+    return lambda e: e.name == pod and bool(getattr(e, stage))
 
 
 def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
@@ -330,9 +400,17 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
         list(pool.map(delete, names))
     for name in names:
         first, second = f"{name}-1", f"{name}-2"
-        losses[name].observed = watch.wait_for(_gone(first), f"{first} lost").at
-        losses[name].created = watch.wait_for(_added(second), f"{second} created").at
+        loss = losses[name]
+        loss.observed = watch.wait_for(_gone(first), f"{first} lost").at
+        loss.created = watch.wait_for(_added(second), f"{second} created").at
+        loss.scheduled = watch.wait_for(_reached(second, "scheduled"), f"{second} bound").at
+        loss.sandbox = watch.wait_for(_reached(second, "sandbox"), f"{second} sandbox").at
+        loss.running = watch.wait_for(_reached(second, "running"), f"{second} running").at
     states = _wait_all_succeeded(cluster, names)
+    for name in names:
+        for mark, moment in _startup_marks(core, f"{name}-2").items():
+            if mark in ("process", "imported", "opened", "read", "claimed"):
+                setattr(losses[name], mark, moment)
     times = _entry_times(cluster, list(states.values()))
     for name, state_id in states.items():
         loss = losses[name]
@@ -385,6 +463,49 @@ def _p50_p95(values: list[float]) -> str:
     from .measure import percentile
 
     return f"{percentile(values, 0.5):.2f} / {percentile(values, 0.95):.2f} s"
+
+
+def _phase_cell(losses: list[Loss], start: str, end: str) -> str:
+    values = [v for v in (x.phase(start, end) for x in losses) if v is not None]
+    if not values:
+        return "-"
+    missing = "" if len(values) == len(losses) else f" ({len(values)} of {len(losses)})"
+    return _p50_p95(values) + missing
+
+
+def phase_table(ones: list[Loss], lots: list[Loss], burst: int) -> list[str]:
+    """The per-phase table: a row per phase of :data:`PHASES`, p50 / p95 of each."""
+    from .results_page import table
+
+    rows = [
+        [label, _phase_cell(ones, start, end), _phase_cell(lots, start, end)]
+        for start, end, label in PHASES
+    ]
+    rows.append(
+        [
+            "**whole: delete issued → first saved entry**",
+            _phase_cell(ones, "issued", "first_save"),
+            _phase_cell(lots, "issued", "first_save"),
+        ]
+    )
+    return table(
+        ["phase", f"1 at a time ({len(ones)} rounds)", f"{burst} at once ({len(lots)} runs)"],
+        rows,
+    )
+
+
+PHASE_NOTE = (
+    "Each phase runs from one moment to the next. Up to *sandbox ready* the moments are "
+    "arrival times of events on the benchmark's pod watch (the replacement's ADDED event, "
+    "then the first event showing it bound to the node, then the first with the "
+    "`PodReadyToStartContainers` condition True: the kubelet's status updates, so each "
+    "includes the kubelet's report delay). *Runner process started* is the kernel's start "
+    "time of the runner's process (`/proc/self/stat`, 10 ms ticks); *runtime imported*, "
+    "*store opened, agent built*, *State read* and *claimed* are the runner's own marks, "
+    "written as the `startup` field of its JSON `resume` log line "
+    "(`alpineagents.runner.startup`; the text log has none); the first saved entry is the "
+    "time stamped on it. One clock: the node is this machine."
+)
 
 
 def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | None) -> None:
@@ -464,5 +585,50 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
             f"{n} pods stopping and starting at once. Load average (1 / 5 / 15 min) at the burst: "
             f"{loads}; at the single losses, 1-minute {single_loads[0]:.1f} to "
             f"{single_loads[-1]:.1f}.",
+            "",
+            "## Resume latency on the real node, by phase (p50 / p95)",
+            "",
+            *phase_table(ones, lots, n),
+            "",
+            PHASE_NOTE,
         ]
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.resume_latency``: this section alone, its page to ``--out``."""
+    import argparse
+    import sys
+
+    from .measure import load_average, machine
+    from .results_page import Page
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.resume_latency")
+    parser.add_argument("--singles", type=int, default=10, help="rounds of one loss (10)")
+    parser.add_argument("--burst", type=int, default=30, help="pods lost at once (30)")
+    parser.add_argument("--out", type=Path, required=True, help="where to write the page")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    page = Page()
+    began = time.time()
+    with tempfile.TemporaryDirectory(prefix="alpineagents-bench-") as folder:
+        section(
+            page, Path(folder), 1, Sizes(resume_singles=args.singles, resume_burst=args.burst), None
+        )
+    lines = [
+        "# Resume latency on the real node",
+        "",
+        f"Measured by `python -m benchmarks.resume_latency --singles {args.singles} --burst "
+        f"{args.burst}` on {time.strftime('%Y-%m-%d', time.gmtime(began))}. Machine: "
+        f"{machine()}; load average {load_average()} at the end (the machine is shared).",
+        "",
+    ]
+    lines += [f"- not measured: {text}" for text in page.not_measured]
+    for part in page.sections:
+        lines += [*part, ""]
+    args.out.write_text("\n".join(lines), encoding="utf-8")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

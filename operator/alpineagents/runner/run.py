@@ -41,6 +41,7 @@ from ..toolsets import ToolsetUnavailable
 from .build import build_agent
 from .progress import LoggedStore, ProgressLog
 from .spec import Approval, RunPlan, SpecError, parse_spec, read_manifest, spec_from_environment
+from .startup import StartupMarks
 
 __all__ = [
     "DEFAULT_STORE",
@@ -163,10 +164,12 @@ def run_agent_run(
     ``$TERMINATION_MESSAGE_PATH`` (or ``/dev/termination-log`` when it is writable).
     Never raises for a failed run: the result's exit code says what happened.
     """
+    marks = StartupMarks()
+    marks.mark("imported")
     restore = install_sigterm_handler()
     env = os.environ if environ is None else environ
     redactor = Redactor.from_environment(env)
-    run = _Run(env, log, redactor)
+    run = _Run(env, log, redactor, marks)
     try:
         result = run.execute(manifest, store_url, state_id, workdir)
     except SystemExit as stop:
@@ -190,11 +193,16 @@ class _Run:
     """One run's steps and what they found so far, for the termination message."""
 
     def __init__(
-        self, environ: Mapping[str, str], log: ProgressLog | None, redactor: Redactor
+        self,
+        environ: Mapping[str, str],
+        log: ProgressLog | None,
+        redactor: Redactor,
+        marks: StartupMarks,
     ) -> None:
         self.environ = environ
         self.log = log
         self.redactor = redactor
+        self.marks = marks
         self.state_id: str | None = None
         self.state: State | None = None
         self.store: LoggedStore | None = None
@@ -215,6 +223,7 @@ class _Run:
                 open_run_store(store_url, self.environ), self.log, self.redactor
             )
             agent = build_agent(plan, workdir=workdir, environ=self.environ)
+            self.marks.mark("opened")
         except SpecError as error:
             return self.result(ExitCode.NOT_RETRYABLE, "failed", str(error))
         except StoreUnavailableError as error:
@@ -248,10 +257,12 @@ class _Run:
         assert store is not None and state_id is not None
         try:
             self.state, self.aborted = open_state(store, state_id, plan)
+            self.marks.mark("read")
             if self.state.loaded_entries:
                 # Fence any older writer (a replaced pod) before this run changes anything;
                 # after the load, the claim fails if someone wrote since (MinioStore).
                 store.claim(state_id)
+                self.marks.mark("claimed")
         except ValueError as error:  # a format this version cannot read, or a damaged record
             return self.result(ExitCode.NOT_RETRYABLE, "failed", error_message(error))
         except Exception as error:
@@ -321,8 +332,9 @@ class _Run:
 
     def _announce(self, store: Store, state: State) -> None:
         saved = state.loaded_entries
+        startup = self.marks.fields()
         if saved == 0:
-            self._note("start", f"{state.id} (a new State) in {store!r}")
+            self._note("start", f"{state.id} (a new State) in {store!r}", startup=startup)
             return
         status: str = "answered" if state.answer is not None else state.stopped or "interrupted"
         if state.stopped is None and state.history[saved - 1].kind == "permission":
@@ -331,11 +343,11 @@ class _Run:
         line = f"{state.id} at seq {saved} ({status}, {turns}) from {store!r}"
         if self.aborted:
             line += f"; closed as aborted: {', '.join(self.aborted)}"
-        self._note("resume", line)
+        self._note("resume", line, startup=startup)
 
-    def _note(self, event: str, text: str) -> None:
+    def _note(self, event: str, text: str, **fields: Any) -> None:
         if self.log is not None:
-            self.log.note(event, text, state=self.state_id)
+            self.log.note(event, text, state=self.state_id, **fields)
 
     def result(self, code: int, outcome: RunOutcome, error: str | None = None) -> RunResult:
         message = termination_message(
