@@ -14,9 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from .. import builtin_tools
 from ..mcp_spec import MCPServerSpec, MCPSpecError, parse_mcp_servers
@@ -25,6 +23,9 @@ from ..pod_contract import API_VERSION, ENV_SPEC, ENV_SPEC_FILE, KIND
 from ..state import error_text
 from .long_run_spec import FIELDS as _LONG_RUN_FIELDS
 from .long_run_spec import LongRunPlan, parse_long_run
+
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = [
     "Approval",
@@ -273,6 +274,8 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str | N
     Raises :class:`SpecError` for an unreadable file, bad YAML or a manifest that is not
     an ``alpineagents.dev/v1`` AgentRun.
     """
+    import yaml  # only for a manifest file: a pod's spec is JSON, and its start is a resume's wait
+
     where = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -335,6 +338,8 @@ def spec_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:
+    import yaml
+
     if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
         mark = error.problem_mark
         return f"{error.problem} (line {mark.line + 1}, column {mark.column + 1})"
