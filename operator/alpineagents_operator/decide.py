@@ -27,8 +27,12 @@ Pending/Running           pod missing, recorded        lost* ("PodDeleted")
 Pending/Running           pod missing, not recorded    create it
 Pending/Running           pod alive, suspend           delete it gracefully (SIGTERM: it saves) →
                                                        Suspended
-Pending/Running           pod deleting, not by us      wait; lost ("PodStuckTerminating") once
-                                                       past its deadline + 30 s (dead node)
+Pending/Running           pod deleting, not by us      read the saved State; a store that fences
+                          (drain, eviction, delete)    and a State saved: lost* ("PodTerminating")
+                                                       at once, the claim fencing the pod's last
+                                                       save. Otherwise wait; lost
+                                                       ("PodStuckTerminating") once past its
+                                                       deadline + 30 s (dead node)
 Pending/Running           container running            Running
 Pending/Running           container waiting            Pending (+ reason/message of an error)
 Pending/Running           exit 0                       Succeeded, answer from the termination
@@ -290,6 +294,21 @@ class _Step:
             if run.suspend:
                 return self._suspend_now(current)
             if current.deleting:
+                # A graceful stop: the pod saves and exits, but its container may take
+                # its whole grace period to go. A store that fences lets the
+                # replacement start now: the claim before it is created refuses the old
+                # pod's saves from then on, so one pod writes the run at a time.
+                if self.saved is None:
+                    return Decision(
+                        needs_saved=True,
+                        note=f"pod {current.name} is terminating: reading the saved State",
+                    )
+                if self.saved.fences and self.saved.exists and self.saved.error is None:
+                    return self._lost(
+                        current.name,
+                        "PodTerminating",
+                        f"pod {current.name} is terminating; the claim fences its last save",
+                    )
                 deadline = (current.deletion_deadline or self.now) + STUCK_TERMINATING_SLACK
                 if self.now >= deadline:
                     return self._lost(

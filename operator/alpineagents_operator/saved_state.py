@@ -11,6 +11,7 @@ runs them on worker threads.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from alpineagents import Record, State, Store
 
@@ -58,12 +59,13 @@ def saved_view(state_id: str, record: Record | None) -> SavedView:
 def read_saved(store: Store, state_id: str) -> SavedView:
     """Read one State from ``store``; a store that cannot be reached gives a SavedView
     with ``error`` set instead of raising (the replacement pod then loads it itself)."""
+    fences = store.supports("claim")
     try:
         record = store.read(state_id)
     except Exception as error:  # any store failure: report it, do not stop reconciling
         _log.warning("could not read State %s: %s", state_id, error)
-        return SavedView(exists=False, error=f"{type(error).__name__}: {error}")
-    return saved_view(state_id, record)
+        return SavedView(exists=False, error=f"{type(error).__name__}: {error}", fences=fences)
+    return replace(saved_view(state_id, record), fences=fences)
 
 
 def claim(store: Store, state_id: str) -> bool:

@@ -382,6 +382,10 @@ class SavedView:
     cost_usd: float = 0.0
     error: str | None = None
     """Why the store could not be read (the other fields are then unknown)."""
+    fences: bool = False
+    """The store fences earlier writers (``claim``, MinioStore): once the operator has
+    claimed the State, a pod still stopping can save nothing more, so its replacement
+    need not wait for it to be gone."""
 
 
 @dataclass(frozen=True)

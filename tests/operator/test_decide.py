@@ -9,7 +9,7 @@ when to look again. Rows are named after the situation a user would recognise.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -158,6 +158,8 @@ SAVED = SavedView(
 )
 MID_RUN = SavedView(exists=True, last_saved_seq=5, turns=1)
 """A saved State in the middle of its run: no answer, no stop."""
+FENCING_MID_RUN = replace(MID_RUN, fences=True)
+"""The same, in a store that fences earlier writers (MinioStore)."""
 LATER = format_time(NOW + timedelta(seconds=10))
 EARLIER = format_time(NOW - timedelta(seconds=1))
 PENDING_CALL = {"callId": "toolu_9", "name": "shell", "input": {"command": "rm -rf build"}}
@@ -276,8 +278,27 @@ ROWS = [
     Row("restart budget used up: Failed", run("Running", attempt=6, restarts=5),
         [exited(6, 143)], MID_RUN, phase="Failed", events=("PodLost", "Failed"),
         status={"reason": "RestartLimitExceeded", "restarts": 6}),
-    Row("pod being deleted by someone else: wait for it to save and stop",
+    Row("pod being deleted by someone else: the saved State is read first",
         run("Running", attempt=1), [pod(1, deleting_at=NOW + timedelta(seconds=30))],
+        needs_saved=True),
+    Row("pod being deleted, a store that cannot fence: wait for it to save and stop",
+        run("Running", attempt=1), [pod(1, deleting_at=NOW + timedelta(seconds=30))], MID_RUN,
+        acts=False, requeue=60.0),
+    Row("pod being deleted, a store that fences: lost now, the claim fences its last save",
+        run("Running", attempt=1, spec={"restartPolicy": {"initialBackoffSeconds": 0}}),
+        [pod(1, deleting_at=NOW + timedelta(seconds=30))], FENCING_MID_RUN,
+        phase="Interrupted", events=("PodLost",), requeue=0.0,
+        status={"reason": "PodTerminating", "restarts": 1}),
+    Row("then, the old pod still terminating: its replacement is created, the State claimed",
+        run("Interrupted", attempt=1, restarts=1, nextAttemptAt=EARLIER),
+        [pod(1, deleting_at=NOW + timedelta(seconds=30))], FENCING_MID_RUN,
+        phase="Pending", create=2, claim=True, status={"attempt": 2, "pod": "triage-2"}),
+    Row("pod being deleted before it saved anything: nothing to fence, wait for it",
+        run("Running", attempt=1), [pod(1, deleting_at=NOW + timedelta(seconds=30))],
+        SavedView(exists=False, fences=True), acts=False, requeue=60.0),
+    Row("pod being deleted, the store unreadable: wait for it",
+        run("Running", attempt=1), [pod(1, deleting_at=NOW + timedelta(seconds=30))],
+        SavedView(exists=False, error="ConnectionRefusedError", fences=True),
         acts=False, requeue=60.0),
     Row("pod stuck terminating past its deadline (dead node): lost",
         run("Running", attempt=1), [pod(1, deleting_at=NOW - timedelta(seconds=31))], MID_RUN,

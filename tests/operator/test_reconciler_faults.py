@@ -347,6 +347,54 @@ async def test_a_lost_pod_still_writing_is_fenced_before_its_successor_is_create
     assert history.count("message") == 1 + saves.count("saved")
 
 
+# ------------------------------------------------------------------------------ graceful stop
+async def test_a_terminating_pod_is_replaced_at_once_and_the_fence_decides_who_writes(
+    cluster: Kube, minio: S3Server, store_url: str
+) -> None:
+    root = credentials(minio.access_key, minio.secret_key)
+    name = f"f-{uuid.uuid4().hex[:6]}"
+    cluster.create_run(name, restartPolicy={"initialBackoffSeconds": 0})
+    reconciler = reconciler_for(cluster, store_url, lambda url: open_store(url, env=root))
+    old_pod = f"{name}-1"
+    try:
+        await reconciler.reconcile(cluster.namespace, name)
+        state_id = status(cluster.run(name))["stateId"]
+        # Pod 1 runs: it saved its State and writes on. Then it is drained: deleted, and
+        # (held by a finalizer here, by its grace period on a node) not gone yet.
+        old_store = open_store(store_url, env=root)
+        old = State(state_id, [Message.user("hi")])
+        old_store.save(old)
+        cluster.core.patch_namespaced_pod(
+            old_pod, cluster.namespace, {"metadata": {"finalizers": ["alpineagents.dev/test"]}}
+        )
+        cluster.core.delete_namespaced_pod(old_pod, cluster.namespace)
+        await reconciler.reconcile(cluster.namespace, name)
+
+        # Its replacement exists while it is still terminating ...
+        assert cluster.pod_names(name) == [old_pod, f"{name}-2"]
+        resumed = status(cluster.run(name))
+        assert resumed["phase"] == "Pending" and resumed["attempt"] == 2
+        assert resumed["restarts"] == 1
+        # ... and the old pod's last save (what it does on SIGTERM) is refused: the claim
+        # came first. The replacement loads, claims and writes; one writer at a time.
+        old.send("the old pod saves as it stops")
+        with pytest.raises(StateFencedError):
+            old_store.save(old)
+        new_store = open_store(store_url, env=root)
+        new = new_store.load(state_id)
+        new_store.claim(state_id)
+        new.send("the replacement goes on")
+        new_store.save(new)
+        history = open_store(store_url, env=root).load(state_id).history
+        texts = [Message.from_dict(e.data["message"]).text for e in history if e.kind == "message"]
+        assert texts == ["hi", "the replacement goes on"]
+    finally:
+        reconciler.close()
+        cluster.core.patch_namespaced_pod(
+            old_pod, cluster.namespace, {"metadata": {"finalizers": None}}
+        )
+
+
 # ------------------------------------------------------------------------------ outage
 def kubelet_reports_exit(kube: Kube, pod: str, runner: RunnerProcess, code: int) -> None:
     """Write the pod's status as its kubelet would once ``runner`` (its container's
