@@ -23,6 +23,7 @@ ORDER = [
     "first-save",
     "agent-cost",
     "resume-latency",
+    "resume-whole",  # issue 26
     "operator-scale",
     # issue 22: long runs, billed (benchmarks/long_runs.py)
     "long-cache",
