@@ -154,7 +154,7 @@ class Reconciler:
         view = PodView.from_pod(pod)
         if not gone and view.uid and self._pod_views.get(view.uid) == view:
             return
-        if not listed or self._step_needed_watched((namespace, run_name)):
+        if not listed or self._step_needed_watched((namespace, run_name), "listing"):
             await self.reconcile(namespace, run_name)
         if gone:
             self._pod_views.pop(view.uid, None)
@@ -200,7 +200,7 @@ class Reconciler:
             for count, run in enumerate(self.watched.all_runs(), 1):
                 key = (run.namespace, run.name)
                 seen.add(key)
-                if self.step_needed(run, self.watched.pods_of(key)):
+                if self.step_needed(run, self.watched.pods_of(key), "resync"):
                     await self._resync_one(key)
                 elif count % _CHECKS_PER_YIELD == 0:
                     await asyncio.sleep(0)  # let the watches' events in between
@@ -236,10 +236,10 @@ class Reconciler:
         :meth:`step_needed` says so. kopf lists every pod before this is called."""
         run = AgentRunView.from_body(body)
         key = (run.namespace, run.name)
-        if self.watched is None or self.step_needed(run, self.watched.pods_of(key)):
+        if self.watched is None or self.step_needed(run, self.watched.pods_of(key), "resume"):
             await self.reconcile(*key)
 
-    def step_needed(self, run: AgentRunView, pods: Sequence[PodView]) -> bool:
+    def step_needed(self, run: AgentRunView, pods: Sequence[PodView], source: str) -> bool:
         """Whether a reconcile step of ``run`` would change something, judged without a
         request from ``run`` and ``pods`` as the watches last showed them.
 
@@ -248,8 +248,14 @@ class Reconciler:
         due. Otherwise the run's figures go to the metrics and its timer is set (a
         backoff, a deadline), as its step would have done. A view a moment old can only
         make this say True for a step that then finds nothing to do; the watch event of
-        whatever changed since brings its own step.
+        whatever changed since brings its own step. ``source`` names the caller in the
+        ``alpineagents_run_checks`` metric.
         """
+        needed = self._step_needed(run, pods)
+        self.metrics.checks.labels(source=source, stepped=str(needed).lower()).inc()
+        return needed
+
+    def _step_needed(self, run: AgentRunView, pods: Sequence[PodView]) -> bool:
         key = (run.namespace, run.name)
         if key in self._resync_errors or self.credentials.renewal_due(run, pods):
             return True
@@ -268,14 +274,14 @@ class Reconciler:
             self.requeue(*key, decision.requeue_after)
         return False
 
-    def _step_needed_watched(self, key: RunKey) -> bool:
+    def _step_needed_watched(self, key: RunKey, source: str) -> bool:
         """:meth:`step_needed` of the run as the watch shows it (True: not shown)."""
         if self.watched is None:
             return True
         runs = list(self.watched.runs.get(key, ()))
         if not runs:
             return True
-        return self.step_needed(runs[0], self.watched.pods_of(key))
+        return self.step_needed(runs[0], self.watched.pods_of(key), source)
 
     def close(self) -> None:
         for _, handle in self._timers.values():
