@@ -33,10 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import socket
 import time
-import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import REPO
+from .operator_checks import free_port, resumed, run_checks
 from .operator_scale import (
     NAMESPACE,
     RESYNC_SECONDS,
@@ -85,27 +83,6 @@ class AtSize:
     @property
     def idle_rate(self) -> float:
         return sum(self.idle_requests.values()) / self.idle_seconds
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _checks(port: int) -> dict[tuple[str, str], float]:
-    """The operator's ``alpineagents_run_checks_total`` by (source, stepped); {} while
-    it does not serve yet."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-            text = answer.read().decode()
-    except OSError:
-        return {}
-    found: dict[tuple[str, str], float] = {}
-    pattern = r'^alpineagents_run_checks_total\{source="(\w+)",stepped="(\w+)"\} (\S+)$'
-    for match in re.finditer(pattern, text, re.MULTILINE):
-        found[(match[1], match[2])] = float(match[3])
-    return found
 
 
 class Template:
@@ -183,7 +160,7 @@ def measure(workdir: Path, sizes: list[int], idle: float, losses: int) -> list[A
     store.mkdir()
     with control_plane(workdir) as plane:
         operator = Operator(plane.client_kubeconfig("operator"), store, workdir / "operator.log")
-        port = _free_port()
+        port = free_port()
         operator.env["ALPINEAGENTS_METRICS_PORT"] = str(port)
         requests = Requests(plane)
         try:
@@ -208,9 +185,9 @@ def measure(workdir: Path, sizes: list[int], idle: float, losses: int) -> list[A
                 requests.mark()
                 began = time.monotonic()
                 operator.start()
-                _wait(lambda n=size: _resumed(port) >= n, "the operator did not start")
+                _wait(lambda n=size: resumed(port) >= n, "the operator did not start")
                 at.start_seconds = time.monotonic() - began
-                at.start_steps = int(_checks(port).get(("resume", "true"), 0))
+                at.start_steps = int(run_checks(port).get(("resume", "true"), 0))
                 time.sleep(1.0)  # the audit log is written as requests finish
                 at.start_requests = requests.since_mark()
                 at.rss_started_mib = operator.memory_mib()[0]
@@ -237,12 +214,6 @@ def measure(workdir: Path, sizes: list[int], idle: float, losses: int) -> list[A
         finally:
             operator.stop()
     return results
-
-
-def _resumed(port: int) -> float:
-    """Runs the operator looked at on its resume after starting."""
-    checks = _checks(port)
-    return checks.get(("resume", "false"), 0) + checks.get(("resume", "true"), 0)
 
 
 def _has_pod(plane: Any) -> bool:
