@@ -18,11 +18,11 @@ What triggers a reconcile step of a run:
   because kopf puts a finalizer on every object that has a timer, and an AgentRun should
   not need the operator to be running to be deleted.
 
-Two ``@kopf.index`` handlers keep what the watches deliver (every AgentRun, every run
-pod under its run: :mod:`.watched`). The resync, the resume of each run after a start
-and the pods of a watch's first listing step only the runs whose views say a step would
-change something, so an idle operator makes no requests per run: its API traffic is
-its watches and its Lease, however many runs there are.
+The event handlers keep what the watches deliver (every AgentRun, every run pod under
+its run: :mod:`.watched`). The resync and the pods of a watch's listing step only the
+runs whose views say a step would change something, so an idle operator makes no
+requests per run: its API traffic is its watches and its Lease, however many runs
+there are.
 
 Deletion: ``@kopf.on.delete(optional=True)`` stops the pods gracefully when kopf sees
 the deletion; only an AgentRun with ``spec.onDelete: Delete`` gets a finalizer
@@ -50,8 +50,8 @@ from .cluster import CALL_THREADS, Cluster, api_client_from_environment
 from .config import OperatorConfig
 from .metrics import OperatorMetrics
 from .reconciler import Reconciler
-from .views import GROUP, PLURAL, RUN_LABEL, VERSION, AgentRunView, PodView
-from .watched import RunKey, Watched
+from .views import GROUP, PLURAL, RUN_LABEL, VERSION
+from .watched import Watched
 
 _log = logging.getLogger(__name__)
 FINALIZER = f"{GROUP}/delete-saved-state"
@@ -113,24 +113,8 @@ def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
         settings.peering.clusterwide = not config.namespaces
 
 
-@kopf.index(GROUP, VERSION, PLURAL)
-def watched_runs(
-    body: kopf.Body, namespace: str | None, name: str, **_: Any
-) -> dict[RunKey, AgentRunView]:
-    """Every AgentRun as its watch last showed it."""
-    return {(_namespaced(namespace), name): AgentRunView.from_body(body)}
-
-
-@kopf.index("v1", "pods", labels={RUN_LABEL: kopf.PRESENT})
-def watched_pods(
-    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
-) -> dict[RunKey, PodView]:
-    """Every run pod as its watch last showed it, under its run."""
-    return {(_namespaced(namespace), labels[RUN_LABEL]): PodView.from_pod(body)}
-
-
 @kopf.on.startup()
-async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = OperatorConfig.from_env()
     apply_settings(settings, config)
     # Every reconcile step's API and store calls run on the loop's default executor,
@@ -143,11 +127,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     if config.metrics_port:
         metrics.serve(config.metrics_port)
     cluster = Cluster(await asyncio.to_thread(api_client_from_environment))
-    # kopf's indexes are live: empty now, filled by the watches before any handler runs.
-    # (kopf passes each index by its handler's name; its typing of startup handlers
-    # knows none of them.)
-    watched = Watched(kwargs["watched_runs"], kwargs["watched_pods"])
-    reconciler = Reconciler(config, cluster, metrics, watched=watched)
+    reconciler = Reconciler(config, cluster, metrics, watched=Watched())
     resync = asyncio.create_task(_resync_forever(reconciler, config.resync_seconds))
     memo[_MEMO_KEY] = _Running(config, reconciler, resync)
 
@@ -175,8 +155,8 @@ def last_step(memo: kopf.Memo, **_: Any) -> float | None:
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, backoff=2.0)
-async def run_resumed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await _reconciler(memo).resumed(dict(body))
+async def run_resumed(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    await _reconciler(memo).resumed(_namespaced(namespace), name)
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL, backoff=2.0)
@@ -189,8 +169,11 @@ async def run_changed(namespace: str | None, name: str, memo: kopf.Memo, **_: An
 async def run_event(
     event: kopf.RawEvent, namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
-    if event.get("type") == "DELETED" and name:
-        await _reconciler(memo).reconcile(_namespaced(namespace), name)
+    gone = event.get("type") == "DELETED"
+    reconciler = _reconciler(memo)
+    reconciler.run_seen(dict(event.get("object") or {}), gone=gone)
+    if gone and name:
+        await reconciler.reconcile(_namespaced(namespace), name)
 
 
 @kopf.on.event("v1", "pods", labels={RUN_LABEL: kopf.PRESENT})

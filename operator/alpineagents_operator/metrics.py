@@ -127,9 +127,8 @@ class OperatorMetrics:
             self.store_errors.labels(operation=operation)
         self.checks = Counter(
             "alpineagents_run_checks",
-            "Runs looked at from the watches' views without a request (at a resume after "
-            "the operator started, a resync, a pod of a watch's listing), by whether a "
-            "reconcile step followed.",
+            "Runs looked at (at a resume after the operator started, a resync, a pod of a "
+            "watch's listing), by whether a reconcile step followed (none: no request).",
             ["source", "stepped"],
             registry=self.registry,
         )

@@ -154,6 +154,8 @@ class Reconciler:
         view = PodView.from_pod(pod)
         if not gone and view.uid and self._pod_views.get(view.uid) == view:
             return
+        if self.watched is not None:
+            self.watched.pod_seen((namespace, run_name), view, gone=gone)
         if not listed or self._step_needed_watched((namespace, run_name), "listing"):
             await self.reconcile(namespace, run_name)
         if gone:
@@ -231,13 +233,16 @@ class Reconciler:
         else:
             self._resync_errors.pop(key, None)
 
-    async def resumed(self, body: JSON) -> None:
-        """kopf met the run in its first listing (the operator started): step it if
-        :meth:`step_needed` says so. kopf lists every pod before this is called."""
-        run = AgentRunView.from_body(body)
-        key = (run.namespace, run.name)
-        if self.watched is None or self.step_needed(run, self.watched.pods_of(key), "resume"):
-            await self.reconcile(*key)
+    async def resumed(self, namespace: str, name: str) -> None:
+        """kopf met the run in its first listing (the operator started): step it. Not
+        judged from the watches' views: the pods' listing may not have arrived yet."""
+        self.metrics.checks.labels(source="resume", stepped="true").inc()
+        await self.reconcile(namespace, name)
+
+    def run_seen(self, body: JSON, *, gone: bool) -> None:
+        """A watch event of an AgentRun: keep its view for the resync."""
+        if self.watched is not None:
+            self.watched.run_seen(AgentRunView.from_body(body), gone=gone)
 
     def step_needed(self, run: AgentRunView, pods: Sequence[PodView], source: str) -> bool:
         """Whether a reconcile step of ``run`` would change something, judged without a
@@ -276,12 +281,10 @@ class Reconciler:
 
     def _step_needed_watched(self, key: RunKey, source: str) -> bool:
         """:meth:`step_needed` of the run as the watch shows it (True: not shown)."""
-        if self.watched is None:
+        run = self.watched.run(key) if self.watched is not None else None
+        if run is None or self.watched is None:
             return True
-        runs = list(self.watched.runs.get(key, ()))
-        if not runs:
-            return True
-        return self.step_needed(runs[0], self.watched.pods_of(key), source)
+        return self.step_needed(run, self.watched.pods_of(key), source)
 
     def close(self) -> None:
         for _, handle in self._timers.values():
