@@ -236,8 +236,8 @@ class Reconciler:
     async def resumed(self, namespace: str, name: str) -> None:
         """kopf met the run in its first listing (the operator started): step it. Not
         judged from the watches' views: the pods' listing may not have arrived yet."""
-        self.metrics.checks.labels(source="resume", stepped="true").inc()
         await self.reconcile(namespace, name)
+        self.metrics.checks.labels(source="resume", stepped="true").inc()  # once it is done
 
     def run_seen(self, body: JSON, *, gone: bool) -> None:
         """A watch event of an AgentRun: keep its view for the resync."""
