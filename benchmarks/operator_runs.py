@@ -270,7 +270,7 @@ def report(results: list[AtSize], idle: float) -> list[str]:
         *table(
             [
                 "runs",
-                "start → every run looked at",
+                "start → every run stepped once",
                 "requests at start",
                 "RSS started",
                 "RSS after idle (peak)",
