@@ -15,10 +15,14 @@ Three phases, one operator process:
    one on pods held here; "all have pods" is the last pod's ADDED after the first run's.
    Its requests are counted until every run's status names its pod and kopf marked it
    handled.
-2. **Steady**: nothing changes for two resync periods; the resync loop reconciles every
-   run every ``ALPINEAGENTS_RESYNC_SECONDS`` (30, the chart's default).
+2. **Steady**: nothing changes for two resync periods; the resync loop looks at every
+   run every ``ALPINEAGENTS_RESYNC_SECONDS`` (30, the chart's default) from the watches'
+   views and steps only those a step would change.
 3. **Restart**: the operator is stopped and started again with the ``N`` runs there
-   (kopf resumes every one): time until it handled them all, requests meanwhile.
+   (kopf resumes every one): time until it looked at them all (its
+   ``alpineagents_run_checks`` metric), requests meanwhile.
+
+The steady state at up to 10,000 runs is :mod:`.operator_runs`.
 
 Requests are the audit log's events of the operator's user (every verb, watches
 included). A reconcile step reads its run first (one GET of the AgentRun, and nothing
@@ -45,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from . import REPO
+from .operator_checks import free_port, resumed
 from .sizes import ORDER, Sizes
 
 if TYPE_CHECKING:
@@ -397,6 +402,8 @@ def measure(workdir: Path, runs: int, lost: int = 30) -> Scale:
     store.mkdir()
     with control_plane(workdir) as plane:
         operator = Operator(plane.client_kubeconfig("operator"), store, workdir / "operator.log")
+        port = free_port()
+        operator.env["ALPINEAGENTS_METRICS_PORT"] = str(port)
         meter = Meter(plane, operator)
         run_watch, pod_watch = Watch(plane.api_client(), "runs"), Watch(plane.api_client(), "pods")
         try:
@@ -433,7 +440,7 @@ def measure(workdir: Path, runs: int, lost: int = 30) -> Scale:
             meter.begin(result.restart, operator_restarts=True)
             began = time.monotonic()
             operator.start()
-            _wait_resumed(meter.requests, runs + 1)
+            _wait_resumed(port, runs + 1)
             result.restart.seconds = time.monotonic() - began
             meter.end(result.restart)
             if _handled_count(plane) != runs + 1:
@@ -471,13 +478,13 @@ def _wait_settled(plane: Any, runs: int) -> None:
         time.sleep(2.0)  # polling the list as the admin: not the operator's requests
 
 
-def _wait_resumed(requests: Requests, runs: int) -> None:
-    """Wait until the restarted operator read every run once (a step each: a GET)."""
+def _wait_resumed(port: int, runs: int) -> None:
+    """Wait until the restarted operator looked at every run once (its metric)."""
     deadline = time.monotonic() + DEADLINE
-    while requests.since_mark()["get agentruns"] < runs:
+    while resumed(port) < runs:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the restarted operator did not reach {runs} runs")
-        time.sleep(0.5)  # polling the audit log: a file has no change event to await
+        time.sleep(0.5)  # polling its metrics page: it has no change event to await
 
 
 # --------------------------------------------------------------------------- the page
@@ -552,7 +559,7 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
                 [
                     line(f"{n:,} runs created at once → every one has its pod", burst),
                     line(f"steady: {steady.seconds:.0f} s of resync, nothing changing", steady),
-                    line(f"operator restarted with {n:,} runs → read every one", restart),
+                    line(f"operator restarted with {n:,} runs → looked at every one", restart),
                     line(
                         f"{scale.lost} of the runs' pods deleted at once → all replaced",
                         scale.losses,
@@ -573,8 +580,9 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
             f"{percentile(gone, 0.5):.2f} s, p95 {percentile(gone, 0.95):.2f} s. Requests during the "
             f"burst (until every status names its pod), with the API server's mean time "
             f"for each: {breakdown}. A reconcile step is one GET of the run and one LIST "
-            "of its pods, then what it changes; a resync round is one step per run, one "
-            f"run after another, then {RESYNC_SECONDS:.0f} s of sleep. One pass; the "
+            "of its pods, then what it changes; a resync round looks at every run from "
+            "the watches' views and steps only those a step would change, then "
+            f"{RESYNC_SECONDS:.0f} s of sleep. One pass; the "
             "machine is shared (load in the last column), so CPU seconds say more than "
             "wall times.",
         ]

@@ -15,6 +15,7 @@ from . import (
     agent_cost,
     failover,
     long_runs,
+    operator_runs,
     operator_scale,
     resume_latency,
     startup,
@@ -437,6 +438,7 @@ SECTIONS: dict[str, Section] = {
     "agent": agent,
     "resume": resume_latency.section,
     "operator": operator_scale.section,
+    "operator-runs": operator_runs.section,
     "long-runs": long_run_bills,
     "failover": failover.section,
 }

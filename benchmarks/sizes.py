@@ -25,6 +25,7 @@ ORDER = [
     "resume-latency",
     "resume-whole",  # issue 26
     "operator-scale",
+    "operator-runs",
     # issue 22: long runs, billed (benchmarks/long_runs.py)
     "long-cache",
     "long-flat",
@@ -73,6 +74,8 @@ class Sizes:
     resume_singles: int = 10  # rounds of one pod lost on the real node
     resume_burst: int = 30  # pods lost at once
     operator_runs: int = 1_000  # AgentRuns existing for the operator-scale figures
+    operator_steady: list[int] = field(default_factory=lambda: [100, 1_000, 10_000])
+    """Running AgentRuns the operator starts with and idles over (benchmarks.operator_runs)."""
     long_runs: LongRunSizes = field(default_factory=LongRunSizes)
 
     @classmethod
@@ -86,5 +89,6 @@ class Sizes:
             resume_singles=2,
             resume_burst=3,
             operator_runs=50,
+            operator_steady=[20, 100],
             long_runs=LongRunSizes.quick(),
         )

@@ -18,8 +18,9 @@ in each namespace where AgentRuns run.
 ``ALPINEAGENTS_STORE_SECRET_KEY``      its key for AWS_SECRET_ACCESS_KEY
 ``ANTHROPIC_BASE_URL``                 passed on to pods when set
 ``ALPINEAGENTS_POD_COMMAND``           JSON list, the pods' command
-``ALPINEAGENTS_RESYNC_SECONDS``        safety-net period: every run is reconciled at
-                                       least this often even if no event arrives
+``ALPINEAGENTS_RESYNC_SECONDS``        safety-net period: every run is looked at this
+                                       often (from the watches, no request) and
+                                       reconciled if a step would change something
 ``ALPINEAGENTS_METRICS_PORT``          Prometheus port (0 = no metrics server)
 ``ALPINEAGENTS_HEALTH_PORT``           liveness endpoint port (0 = none)
 ``ALPINEAGENTS_PEERING``               kopf peering name; empty (default) = standalone

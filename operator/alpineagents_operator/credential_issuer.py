@@ -114,10 +114,7 @@ class RunCredentialIssuer:
         if run.status.phase in TERMINAL_PHASES:
             self._forget(key)
             return None
-        if not uses_run_credentials(run, self.config) or run.status.attempt < 1:
-            return None
-        current = pod_name_for(run.name, run.status.attempt)
-        if not any(p.name == current and p.alive and not p.deleting for p in pods):
+        if not self._renews(run, pods):
             return None
         now = self._clock()
         due = self._renew_at.get(key)
@@ -133,6 +130,21 @@ class RunCredentialIssuer:
         _log.info("%s/%s: renewed the pod's store credentials", *key)
         # At least a minute, even if the store's clock makes them due at once: no loop.
         return max(MIN_RENEW_SECONDS, (self._renew_at[key] - now).total_seconds())
+
+    def renewal_due(self, run: AgentRunView, pods: Sequence[PodView]) -> bool:
+        """Whether :meth:`renew_if_due` would mint credentials now (asks nothing of the
+        store or the API server): after a restart, every run with a live pod of its own."""
+        if run.status.phase in TERMINAL_PHASES or not self._renews(run, pods):
+            return False
+        due = self._renew_at.get((run.namespace, run.name))
+        return due is None or due <= self._clock()
+
+    def _renews(self, run: AgentRunView, pods: Sequence[PodView]) -> bool:
+        """The run's current pod is alive and holds credentials of its own."""
+        if not uses_run_credentials(run, self.config) or run.status.attempt < 1:
+            return False
+        current = pod_name_for(run.name, run.status.attempt)
+        return any(p.name == current and p.alive and not p.deleting for p in pods)
 
     def _forget(self, key: RunKey) -> None:
         self._renew_at.pop(key, None)

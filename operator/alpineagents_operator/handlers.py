@@ -18,6 +18,12 @@ What triggers a reconcile step of a run:
   because kopf puts a finalizer on every object that has a timer, and an AgentRun should
   not need the operator to be running to be deleted.
 
+The event handlers keep what the watches deliver (every AgentRun, every run pod under
+its run: :mod:`.watched`). The resync and the pods of a watch's listing step only the
+runs whose views say a step would change something, so an idle operator makes no
+requests per run: its API traffic is its watches and its Lease, however many runs
+there are.
+
 Deletion: ``@kopf.on.delete(optional=True)`` stops the pods gracefully when kopf sees
 the deletion; only an AgentRun with ``spec.onDelete: Delete`` gets a finalizer
 (``alpineagents.dev/delete-saved-state``), held until its pods have stopped and its
@@ -45,6 +51,7 @@ from .config import OperatorConfig
 from .metrics import OperatorMetrics
 from .reconciler import Reconciler
 from .views import GROUP, PLURAL, RUN_LABEL, VERSION
+from .watched import Watched
 
 _log = logging.getLogger(__name__)
 FINALIZER = f"{GROUP}/delete-saved-state"
@@ -120,7 +127,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     if config.metrics_port:
         metrics.serve(config.metrics_port)
     cluster = Cluster(await asyncio.to_thread(api_client_from_environment))
-    reconciler = Reconciler(config, cluster, metrics)
+    reconciler = Reconciler(config, cluster, metrics, watched=Watched())
     resync = asyncio.create_task(_resync_forever(reconciler, config.resync_seconds))
     memo[_MEMO_KEY] = _Running(config, reconciler, resync)
 
@@ -148,6 +155,10 @@ def last_step(memo: kopf.Memo, **_: Any) -> float | None:
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, backoff=2.0)
+async def run_resumed(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    await _reconciler(memo).resumed(_namespaced(namespace), name)
+
+
 @kopf.on.create(GROUP, VERSION, PLURAL, backoff=2.0)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=2.0)
 async def run_changed(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
@@ -158,8 +169,11 @@ async def run_changed(namespace: str | None, name: str, memo: kopf.Memo, **_: An
 async def run_event(
     event: kopf.RawEvent, namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
-    if event.get("type") == "DELETED" and name:
-        await _reconciler(memo).reconcile(_namespaced(namespace), name)
+    gone = event.get("type") == "DELETED"
+    reconciler = _reconciler(memo)
+    reconciler.run_seen(dict(event.get("object") or {}), gone=gone)
+    if gone and name:
+        await reconciler.reconcile(_namespaced(namespace), name)
 
 
 @kopf.on.event("v1", "pods", labels={RUN_LABEL: kopf.PRESENT})
@@ -171,8 +185,13 @@ async def pod_changed(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
+    kind = event.get("type")
     await _reconciler(memo).pod_changed(
-        _namespaced(namespace), labels[RUN_LABEL], dict(body), gone=event.get("type") == "DELETED"
+        _namespaced(namespace),
+        labels[RUN_LABEL],
+        dict(body),
+        gone=kind == "DELETED",
+        listed=kind is None,  # kopf's type for an object of a watch's (re)listing
     )
 
 

@@ -125,6 +125,13 @@ class OperatorMetrics:
         )
         for operation in ("read", "claim"):
             self.store_errors.labels(operation=operation)
+        self.checks = Counter(
+            "alpineagents_run_checks",
+            "Runs looked at (at a resume after the operator started, a resync, a pod of a "
+            "watch's listing), by whether a reconcile step followed (none: no request).",
+            ["source", "stepped"],
+            registry=self.registry,
+        )
         self._phases: dict[tuple[str, str], str] = {}
         self._runs: dict[tuple[str, str], _RunSeen] = {}
         self._lost_at: dict[tuple[str, str], float] = {}

@@ -34,11 +34,15 @@ from .pods import pod_manifest, spec_secret, store_url, uses_run_credentials
 from .refusals import run_refusal
 from .store_policy import guarded_opener, store_refusal
 from .views import JSON, AgentRunView, PodView, Refusal, RunEvent, SavedView, labels_pods
+from .watched import Watched
 
 _log = logging.getLogger(__name__)
 _MAX_STEPS = 8  # per call; a healthy run converges in 3 (lost → Interrupted → resumed)
 
 _MAX_POD_VIEWS = 20_000
+_CHECKS_PER_YIELD = 200
+"""Runs the resync checks between two yields to the event loop (a watch event waits at
+most that many :func:`decide` calls)."""
 
 RunKey = tuple[str, str]
 
@@ -73,8 +77,12 @@ class Reconciler:
         *,
         clock: Callable[[], datetime] = _utc_now,
         open_store: Callable[[str], Store] = open_store,
+        watched: Watched | None = None,
     ) -> None:
         self.config = config
+        self.watched = watched
+        """What the watches last delivered (None: every resync and resume reads each run
+        from the API server and steps it)."""
         self.cluster = cluster
         self.metrics = metrics or OperatorMetrics()
         self._clock = clock
@@ -134,15 +142,22 @@ class Reconciler:
                 lock.release()
                 self.last_step_at = time.monotonic()
 
-    async def pod_changed(self, namespace: str, run_name: str, pod: JSON, *, gone: bool) -> None:
+    async def pod_changed(
+        self, namespace: str, run_name: str, pod: JSON, *, gone: bool, listed: bool = False
+    ) -> None:
         """A watch event of one of a run's pods: reconcile the run, unless the pod looks
         as it did at its last event (a new IP or a readiness probe changes nothing that
         :func:`decide` reads; skipping those keeps a burst of lost pods from queueing
-        steps that find nothing to do)."""
+        steps that find nothing to do). A ``listed`` pod (from a watch's initial list,
+        not a change) is stepped only if :meth:`step_needed` says so: after a restart,
+        10,000 listed pods would otherwise be 10,000 steps that change nothing."""
         view = PodView.from_pod(pod)
         if not gone and view.uid and self._pod_views.get(view.uid) == view:
             return
-        await self.reconcile(namespace, run_name)
+        if self.watched is not None:
+            self.watched.pod_seen((namespace, run_name), view, gone=gone)
+        if not listed or self._step_needed_watched((namespace, run_name), "listing"):
+            await self.reconcile(namespace, run_name)
         if gone:
             self._pod_views.pop(view.uid, None)
         elif view.uid:
@@ -171,22 +186,37 @@ class Reconciler:
         self._timers[key] = (when, loop.call_at(when, fire))
 
     async def resync(self) -> None:
-        """Reconcile every AgentRun in the watched namespaces (the safety net for events
-        that never came)."""
+        """Reconcile every AgentRun in the watched namespaces that needs it (the safety net
+        for a step that failed, a timer lost, an event that never came).
+
+        With :attr:`watched` the runs and their pods are the watches' views, and only the
+        runs :meth:`step_needed` picks are stepped (each step reading afresh); without,
+        every run is listed from the API server and stepped."""
         # Named namespaces are listed one by one (a namespaced Role allows no more);
         # only when there are none (cluster-wide, or glob patterns only) is the whole
         # cluster listed.
-        named: list[str | None] = [
-            n for n in self.config.namespaces if not any(c in n for c in "*?[")
-        ]
         seen: set[RunKey] = set()
-        for namespace in named or [None]:
-            bodies = await asyncio.to_thread(self.cluster.list_runs, namespace)
-            for body in bodies:
-                meta = body.get("metadata") or {}
-                key = (str(meta.get("namespace")), str(meta.get("name")))
+        if self.watched is not None:
+            # From the watches, and a step only where one would change something: no
+            # request for a run that is as it should be.
+            for count, run in enumerate(self.watched.all_runs(), 1):
+                key = (run.namespace, run.name)
                 seen.add(key)
-                await self._resync_one(key)
+                if self.step_needed(run, self.watched.pods_of(key), "resync"):
+                    await self._resync_one(key)
+                elif count % _CHECKS_PER_YIELD == 0:
+                    await asyncio.sleep(0)  # let the watches' events in between
+        else:
+            named: list[str | None] = [
+                n for n in self.config.namespaces if not any(c in n for c in "*?[")
+            ]
+            for namespace in named or [None]:
+                bodies = await asyncio.to_thread(self.cluster.list_runs, namespace)
+                for body in bodies:
+                    meta = body.get("metadata") or {}
+                    key = (str(meta.get("namespace")), str(meta.get("name")))
+                    seen.add(key)
+                    await self._resync_one(key)
         for gone in set(self._resync_errors) - seen:
             del self._resync_errors[gone]
 
@@ -202,6 +232,59 @@ class Reconciler:
             self._resync_errors[key] = text
         else:
             self._resync_errors.pop(key, None)
+
+    async def resumed(self, namespace: str, name: str) -> None:
+        """kopf met the run in its first listing (the operator started): step it. Not
+        judged from the watches' views: the pods' listing may not have arrived yet."""
+        await self.reconcile(namespace, name)
+        self.metrics.checks.labels(source="resume", stepped="true").inc()  # once it is done
+
+    def run_seen(self, body: JSON, *, gone: bool) -> None:
+        """A watch event of an AgentRun: keep its view for the resync."""
+        if self.watched is not None:
+            self.watched.run_seen(AgentRunView.from_body(body), gone=gone)
+
+    def step_needed(self, run: AgentRunView, pods: Sequence[PodView], source: str) -> bool:
+        """Whether a reconcile step of ``run`` would change something, judged without a
+        request from ``run`` and ``pods`` as the watches last showed them.
+
+        True when :func:`decide` (without the saved State) acts or asks for the State,
+        when the run's last resync step failed, or when its pod's store credentials are
+        due. Otherwise the run's figures go to the metrics and its timer is set (a
+        backoff, a deadline), as its step would have done. A view a moment old can only
+        make this say True for a step that then finds nothing to do; the watch event of
+        whatever changed since brings its own step. ``source`` names the caller in the
+        ``alpineagents_run_checks`` metric.
+        """
+        needed = self._step_needed(run, pods)
+        self.metrics.checks.labels(source=source, stepped=str(needed).lower()).inc()
+        return needed
+
+    def _step_needed(self, run: AgentRunView, pods: Sequence[PodView]) -> bool:
+        key = (run.namespace, run.name)
+        if key in self._resync_errors or self.credentials.renewal_due(run, pods):
+            return True
+        refusal = run_refusal(run, self.config)
+        now = self._clock()
+        if refusal is not None:
+            decision = refused(run, run.status.attempt + 1, refusal, now)
+        else:
+            decision = decide(run, pods, None, now)
+        if decision.acts or decision.needs_saved:
+            return True
+        phase = run.status.phase
+        self.metrics.record_phase(*key, str(phase) if phase else None)
+        self.metrics.record_run(*key, run.spec, run.status.raw)
+        if decision.requeue_after is not None and decision.requeue_after > 0:
+            self.requeue(*key, decision.requeue_after)
+        return False
+
+    def _step_needed_watched(self, key: RunKey, source: str) -> bool:
+        """:meth:`step_needed` of the run as the watch shows it (True: not shown)."""
+        run = self.watched.run(key) if self.watched is not None else None
+        if run is None or self.watched is None:
+            return True
+        return self.step_needed(run, self.watched.pods_of(key), source)
 
     def close(self) -> None:
         for _, handle in self._timers.values():

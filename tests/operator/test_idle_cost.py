@@ -1,0 +1,114 @@
+"""An idle operator's API requests do not grow with its runs.
+
+The operator as its own process (a ServiceAccount of its own, so the API server's audit
+log counts its requests apart) on the real kube-apiserver without a node (pods stay
+Pending), its resync every second. Once 10 runs have their pods and nothing changes, its
+requests over a window of several resync rounds are counted; then the same with 50 runs.
+Today's resync reads each run and lists its pods every round (two requests per run per
+round); from the watches' views it makes none for a run that is as it should be. The
+heavy scale (10,000 runs) is ``benchmarks/operator_runs.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.bench.control_plane import ControlPlane
+from tests.bench.operator_process import (
+    EventLog,
+    OperatorProcess,
+    agentrun,
+    operator_kubeconfig,
+    pod_added,
+)
+
+RESYNC_SECONDS = 1.0
+WINDOW_SECONDS = 6.0  # six resync rounds: the figure counted, not a deadline
+HANDLED = "kopf.alpineagents.dev/last-handled-configuration"
+
+
+class Idle:
+    def __init__(self, plane: ControlPlane, namespace: str, operator: OperatorProcess) -> None:
+        self.plane, self.namespace, self.operator = plane, namespace, operator
+
+    def requests(self) -> list[str]:
+        user = f"system:serviceaccount:{self.namespace}:{self.operator.name}"
+        return [
+            f"{e.get('verb')} {(e.get('objectRef') or {}).get('resource', '?')}"
+            for e in self.plane.audit_events(user)
+        ]
+
+    def create_runs(self, names: list[str], pods: EventLog) -> None:
+        """Create the runs; return once each has its pod and the operator is done with it
+        (its status names the pod and kopf marked it handled)."""
+        items = [json.loads(agentrun(self.namespace, name)) for name in names]
+        listing = yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+        self.plane.kubectl("create", "-f", "-", input=listing)
+        for name in names:
+            pods.wait_for(pod_added(name))
+        deadline = time.monotonic() + 300
+        while not self._all_handled(len(names)):
+            assert time.monotonic() < deadline, "the runs were not all handled"
+            time.sleep(0.5)  # its status and kopf's annotation: read back as the admin
+
+    def _all_handled(self, at_least: int) -> bool:
+        listing = self.plane.kubectl("get", "agentruns", "-n", self.namespace, "-o", "json")
+        items = json.loads(listing.stdout)["items"]
+        handled = [
+            item
+            for item in items
+            if HANDLED in (item["metadata"].get("annotations") or {})
+            and (item.get("status") or {}).get("pod")
+        ]
+        return len(handled) == len(items) and len(items) >= at_least
+
+    def idle_requests(self) -> list[str]:
+        """The operator's requests over the window, after a round for the last steps."""
+        time.sleep(2 * RESYNC_SECONDS)  # the handled runs' follow-up steps end
+        before = len(self.requests())
+        time.sleep(WINDOW_SECONDS)  # counting requests over a window is the measure
+        time.sleep(1.0)  # the audit log is written as requests finish
+        return self.requests()[before:]
+
+
+@pytest.fixture
+def idle(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Idle]:
+    control_plane.apply_crds()
+    namespace = f"idle-{uuid.uuid4().hex[:6]}"
+    control_plane.kubectl("create", "namespace", namespace)
+    store = tmp_path / "runs"
+    store.mkdir()
+    operator = OperatorProcess(
+        "operator",
+        operator_kubeconfig(control_plane, namespace, "operator", tmp_path),
+        namespace,
+        store,
+        tmp_path / "operator.log",
+        resync_seconds=RESYNC_SECONDS,
+    )
+    try:
+        yield Idle(control_plane, namespace, operator)
+    finally:
+        operator.stop()
+        control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_an_idle_operator_makes_no_more_requests_with_five_times_the_runs(idle: Idle) -> None:
+    with EventLog(idle.plane.api_client(), idle.namespace, "pods") as pods:
+        idle.operator.start()
+        idle.create_runs([f"few-{n}" for n in range(10)], pods)
+        few = idle.idle_requests()
+        idle.create_runs([f"many-{n}" for n in range(40)], pods)
+        many = idle.idle_requests()
+    rounds = WINDOW_SECONDS / RESYNC_SECONDS
+    detail = f"10 runs: {few}; 50 runs: {many}\n{idle.operator.log_text()[-3000:]}"
+    # Per-run polling would be 2 requests per run per round: 120 and 600 here.
+    assert len(many) <= 2 * len(few) + 10, detail
+    assert len(many) < 50 * rounds / 4, detail
