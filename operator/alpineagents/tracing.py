@@ -172,6 +172,25 @@ def disable() -> None:
         _tracing = None
 
 
+def flush(timeout: float) -> bool:
+    """Send the spans that wait in the batch, waiting at most ``timeout`` seconds; returns
+    whether they went (True when tracing is off). A process that ends at once calls this
+    first: the exporter would otherwise retry an unreachable collector for its own timeout.
+    """
+    tracing = _tracing
+    if tracing is None:
+        return True
+    sent: list[bool] = []
+    sending = threading.Thread(
+        target=lambda: sent.append(tracing.provider.force_flush()),
+        name="alpineagents-trace-flush",
+        daemon=True,
+    )
+    sending.start()
+    sending.join(timeout)
+    return bool(sent and sent[0])
+
+
 def trace_id_of(state_id: str) -> int:
     """The trace id of every attempt of the State ``state_id`` (128 bits of its hash)."""
     return int.from_bytes(hashlib.sha256(state_id.encode()).digest()[:16], "big") or 1
