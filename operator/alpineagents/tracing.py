@@ -17,7 +17,8 @@ What a run looks like:
   event naming the calls the lost attempt left ``aborted``; the lost attempt itself (a
   killed pod exports no span that had not ended) is rebuilt from the saved history: a
   span with its saved id, ending at its last saved entry, status error, with a span for
-  each aborted call.
+  each aborted call. An attempt stopped by a signal (SIGTERM, Ctrl+C) ends its own span,
+  status error, and sends it as its process exits.
 - ``chat {model}``: a child span per model call (``gen_ai.*``: models, response id, the
   token counts including cache reads and writes, finish reasons).
 - ``execute_tool {name}``: a child span per tool call (``gen_ai.tool.*`` and the outcome
@@ -261,7 +262,9 @@ def _end(attempt: _Attempt, state: State) -> None:
     for key, value in state.usage.items():
         span.set_attribute(f"alpineagents.usage.{key}", value)
     span.set_attribute("alpineagents.cost_usd", state.cost_usd)
-    if state.stopped == "error":
+    if state.stopped in ("error", "interrupted"):
+        # An attempt stopped by a signal (its pod deleted, drained, evicted) did not finish
+        # either: an error, as the attempt of a pod killed outright is once rebuilt.
         last = state.history[-1] if state.history else None
         error = last.data.get("error") if last is not None and last.kind == "stop" else None
         span.set_status(attempt.tracing.status(attempt.tracing.error_code, str(error or "")))
