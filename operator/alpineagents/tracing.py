@@ -14,7 +14,7 @@ What a run looks like:
   pod). Every attempt of a State lands in one trace: its id is derived from the State id,
   so a resumed pod continues the trace with nothing new saved but the attempt's span id
   (in the data of its ``model_request`` entries). A resumed attempt carries a ``resume``
-  event naming the calls the lost attempt left ``aborted``; the lost attempt itself (a
+  event naming the calls the attempt before left ``aborted``; a lost attempt itself (a
   killed pod exports no span that had not ended) is rebuilt from the saved history: a
   span with its saved id, ending at its last saved entry, status error, with a span for
   each aborted call. An attempt stopped by a signal (SIGTERM, Ctrl+C) ends its own span,
@@ -382,12 +382,13 @@ def _resumed(tracing: _Tracing, state: State, span: Span) -> None:
     """Mark a resumed attempt, and rebuild the attempt that was lost (its pod is gone)."""
     closing = state.history[state.loaded_entries :]
     aborted = [e for e in closing if e.kind == "tool_result" and e.outcome == "aborted"]
+    left = _left_aborted(state)
     span.add_event(
         "resume",
         {
             "alpineagents.loaded_entries": state.loaded_entries,
-            "alpineagents.aborted_calls": [str(e.data.get("call_id", "")) for e in aborted],
-            "alpineagents.aborted_tools": [str(e.data.get("name", "")) for e in aborted],
+            "alpineagents.aborted_calls": [str(e.data.get("call_id", "")) for e in left],
+            "alpineagents.aborted_tools": [str(e.data.get("name", "")) for e in left],
         },
     )
     lost = _lost_attempt(state)
@@ -452,6 +453,19 @@ def _resumed(tracing: _Tracing, state: State, span: Span) -> None:
         chat.set_status(tracing.status(tracing.error_code, "lost while waiting for the model"))
         chat.end(end_time=_nanos(ended))
     rebuilt.end(end_time=_nanos(ended))
+
+
+def _left_aborted(state: State) -> list[Entry]:
+    """The calls the attempt before left ``aborted``: closed by it as it stopped (a
+    signal: saved with its ``stop``) or by this load (it was killed). Either way they are
+    the aborted results since the last model request: nothing asked the model since."""
+    found: list[Entry] = []
+    for entry in reversed(state.history):
+        if entry.kind == "model_request":
+            break
+        if entry.kind == "tool_result" and entry.outcome == "aborted":
+            found.append(entry)
+    return found[::-1]
 
 
 def _lost_attempt(state: State) -> tuple[int, str, datetime] | None:

@@ -151,6 +151,15 @@ def test_an_interrupted_attempt_and_its_aborted_call_have_status_error(
     assert (call.attributes or {})["alpineagents.tool.outcome"] == "aborted"
     assert call.status.status_code == StatusCode.ERROR
 
+    # The run resumed: its attempt names the call the stopped one closed as aborted.
+    spans.clear()
+    model_server.add(reply("Stopped before it ended."))
+    assert agent.run(FileStore(tmp_path).load("stopped")) == "Stopped before it ended."
+    (resumed,) = named(spans, "invoke_agent")
+    (resume,) = resumed.events
+    assert resume.name == "resume"
+    assert (resume.attributes or {})["alpineagents.aborted_calls"] == ("toolu_i",)
+
 
 def test_content_is_captured_only_when_asked_and_never_a_secret(
     tmp_path: Path,
