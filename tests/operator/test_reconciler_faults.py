@@ -400,6 +400,35 @@ async def test_aborted_calls_name_no_call_whose_result_was_saved_before_the_clai
     assert resumed["lastSavedSeq"] == result.seq
 
 
+async def test_a_lost_pod_that_saved_its_answer_before_the_claim_gets_no_successor(
+    cluster: Kube, minio: S3Server, store_url: str
+) -> None:
+    root = credentials(minio.access_key, minio.secret_key)
+    name = f"f-{uuid.uuid4().hex[:6]}"
+    state_id = interrupted_run(cluster, open_store(store_url, env=root), name)
+    lost_store = open_store(store_url, env=root)
+    lost = lost_store.load(state_id)
+
+    def lost_pod_answers() -> None:
+        message = {"role": "assistant", "content": [{"type": "text", "text": "All done."}]}
+        lost.add("model_reply", "All done.", {"message": message, "model": "claude-sonnet-5"})
+        lost.add("stop", "stopped: answered", {"reason": "answered"})
+        lost_store.save(lost)
+
+    reconciler = reconciler_for(
+        cluster,
+        store_url,
+        lambda url: LostPodSavesAfterTheFirstRead(open_store(url, env=root), lost_pod_answers),
+    )
+    try:
+        await reconciler.reconcile(cluster.namespace, name)
+    finally:
+        reconciler.close()
+    assert cluster.pod_names(name) == []  # the answer was saved before the claim
+    done = status(cluster.run(name))
+    assert (done["phase"], done["answer"]) == ("Succeeded", "All done."), done
+
+
 # ------------------------------------------------------------------------------ outage
 def kubelet_reports_exit(kube: Kube, pod: str, runner: RunnerProcess, code: int) -> None:
     """Write the pod's status as its kubelet would once ``runner`` (its container's
