@@ -14,10 +14,11 @@ What a run looks like:
   pod). Every attempt of a State lands in one trace: its id is derived from the State id,
   so a resumed pod continues the trace with nothing new saved but the attempt's span id
   (in the data of its ``model_request`` entries). A resumed attempt carries a ``resume``
-  event naming the calls the lost attempt left ``aborted``; the lost attempt itself (a
+  event naming the calls the attempt before left ``aborted``; a lost attempt itself (a
   killed pod exports no span that had not ended) is rebuilt from the saved history: a
   span with its saved id, ending at its last saved entry, status error, with a span for
-  each aborted call.
+  each aborted call. An attempt stopped by a signal (SIGTERM, Ctrl+C) ends its own span,
+  status error, and sends it as its process exits.
 - ``chat {model}``: a child span per model call (``gen_ai.*``: models, response id, the
   token counts including cache reads and writes, finish reasons).
 - ``execute_tool {name}``: a child span per tool call (``gen_ai.tool.*`` and the outcome
@@ -172,6 +173,25 @@ def disable() -> None:
         _tracing = None
 
 
+def flush(timeout: float) -> bool:
+    """Send the spans that wait in the batch, waiting at most ``timeout`` seconds; returns
+    whether they went (True when tracing is off). A process that ends at once calls this
+    first: the exporter would otherwise retry an unreachable collector for its own timeout.
+    """
+    tracing = _tracing
+    if tracing is None:
+        return True
+    sent: list[bool] = []
+    sending = threading.Thread(
+        target=lambda: sent.append(tracing.provider.force_flush()),
+        name="alpineagents-trace-flush",
+        daemon=True,
+    )
+    sending.start()
+    sending.join(timeout)
+    return bool(sent and sent[0])
+
+
 def trace_id_of(state_id: str) -> int:
     """The trace id of every attempt of the State ``state_id`` (128 bits of its hash)."""
     return int.from_bytes(hashlib.sha256(state_id.encode()).digest()[:16], "big") or 1
@@ -242,7 +262,9 @@ def _end(attempt: _Attempt, state: State) -> None:
     for key, value in state.usage.items():
         span.set_attribute(f"alpineagents.usage.{key}", value)
     span.set_attribute("alpineagents.cost_usd", state.cost_usd)
-    if state.stopped == "error":
+    if state.stopped in ("error", "interrupted"):
+        # An attempt stopped by a signal (its pod deleted, drained, evicted) did not finish
+        # either: an error, as the attempt of a pod killed outright is once rebuilt.
         last = state.history[-1] if state.history else None
         error = last.data.get("error") if last is not None and last.kind == "stop" else None
         span.set_status(attempt.tracing.status(attempt.tracing.error_code, str(error or "")))
@@ -360,12 +382,13 @@ def _resumed(tracing: _Tracing, state: State, span: Span) -> None:
     """Mark a resumed attempt, and rebuild the attempt that was lost (its pod is gone)."""
     closing = state.history[state.loaded_entries :]
     aborted = [e for e in closing if e.kind == "tool_result" and e.outcome == "aborted"]
+    left = _left_aborted(state)
     span.add_event(
         "resume",
         {
             "alpineagents.loaded_entries": state.loaded_entries,
-            "alpineagents.aborted_calls": [str(e.data.get("call_id", "")) for e in aborted],
-            "alpineagents.aborted_tools": [str(e.data.get("name", "")) for e in aborted],
+            "alpineagents.aborted_calls": [str(e.data.get("call_id", "")) for e in left],
+            "alpineagents.aborted_tools": [str(e.data.get("name", "")) for e in left],
         },
     )
     lost = _lost_attempt(state)
@@ -430,6 +453,19 @@ def _resumed(tracing: _Tracing, state: State, span: Span) -> None:
         chat.set_status(tracing.status(tracing.error_code, "lost while waiting for the model"))
         chat.end(end_time=_nanos(ended))
     rebuilt.end(end_time=_nanos(ended))
+
+
+def _left_aborted(state: State) -> list[Entry]:
+    """The calls the attempt before left ``aborted``: closed by it as it stopped (a
+    signal: saved with its ``stop``) or by this load (it was killed). Either way they are
+    the aborted results since the last model request: nothing asked the model since."""
+    found: list[Entry] = []
+    for entry in reversed(state.history):
+        if entry.kind == "model_request":
+            break
+        if entry.kind == "tool_result" and entry.outcome == "aborted":
+            found.append(entry)
+    return found[::-1]
 
 
 def _lost_attempt(state: State) -> tuple[int, str, datetime] | None:

@@ -75,7 +75,9 @@ decide again): saved answer → Succeeded without a pod; saved stop at max turns
 saved stop waiting for approvals that spec.approvals does not all answer →
 WaitingForApproval; otherwise fence the store (``claim_state``) and create pod
 ``attempt+1`` → Pending, recording lastSavedSeq and the calls loading closed as aborted.
-When the claim fails (:func:`claim_refused`) the pod is not created: the phase stays,
+The caller decides that again from a read after the claim (a lost pod still running may
+have saved in between, e.g. the result of a call the first read saw open), so status
+says what the next pod loads. When the claim fails (:func:`claim_refused`) the pod is not created: the phase stays,
 reason ``FencingFailed`` says why, and the step is tried again with backoff.
 """
 

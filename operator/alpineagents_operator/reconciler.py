@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from alpineagents import Store, open_store
@@ -359,7 +359,9 @@ class Reconciler:
             if saved is None or saved.error is not None:
                 saved = await self._read_saved(run)
             decision = decide(run, pods, saved, self._clock())
-        applied, answered = await self._apply(run, body, decision)
+        applied, answered = await self._apply(
+            run, body, decision, lambda after: decide(run, pods, after, self._clock())
+        )
         renew_in = await self.credentials.renew_if_due(run, pods)
         if renew_in is not None:
             self.requeue(namespace, name, renew_in)
@@ -379,11 +381,18 @@ class Reconciler:
         return saved
 
     async def _apply(
-        self, run: AgentRunView, body: JSON, decision: Decision
+        self,
+        run: AgentRunView,
+        body: JSON,
+        decision: Decision,
+        redecide: Callable[[SavedView], Decision] | None = None,
     ) -> tuple[Decision, JSON | None]:
         """Carry out a decision; returns the one carried out (another one if the API
-        server refused the pod it asked for), and the run as the API server answered its
-        status patch (None: no patch)."""
+        server refused the pod it asked for, or if the State changed before its claim),
+        and the run as the API server answered its status patch (None: no patch).
+
+        ``redecide`` makes the decision again from another read of the saved State: the
+        one after the claim of a decision that claims it."""
         key = (run.namespace, run.name)
         if decision.note and decision.acts:
             _log.info("%s/%s: %s", run.namespace, run.name, decision.note)
@@ -399,6 +408,13 @@ class Reconciler:
                 self.credentials.before_pod(run, body),
                 self._write_spec_secret(run, decision.create_pod),
             )
+            if decision.claim_state and fenced is None and redecide is not None:
+                again = await self._decide_after_claim(run, redecide)
+                if again is not None and again.create_pod != decision.create_pod:
+                    # The lost pod saved its answer (or a stop) before it was fenced.
+                    return await self._apply(run, body, replace(again, claim_state=False))
+                decision = again or decision
+            assert decision.create_pod is not None
             manifest = pod_manifest(run, decision.create_pod, self.config)
             not_started = await self._not_started(
                 run, decision, manifest, fenced, blocked, secret_refused
@@ -434,6 +450,22 @@ class Reconciler:
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
         return decision, answered
+
+    async def _decide_after_claim(
+        self, run: AgentRunView, redecide: Callable[[SavedView], Decision]
+    ) -> Decision | None:
+        """The decision made again from the State as the claim fenced it (None: it could
+        not be read; the first decision stands).
+
+        A lost pod still running may save between the operator's read and its claim (a
+        call's result that read saw open): what was read then would name that call in
+        ``status.abortedCalls`` though its result is saved. Nobody writes after the claim,
+        so this read is what the next pod loads.
+        """
+        after = await self._read_saved(run)
+        if after.error is not None:
+            return None
+        return redecide(after)
 
     async def _not_started(
         self,

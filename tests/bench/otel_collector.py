@@ -1,12 +1,15 @@
 """A real OpenTelemetry Collector as a fixture: OTLP/HTTP in, a JSON-lines file out.
 
 ``otel_collector`` starts our build of the collector (``otelcol`` in tests/bench/testbin.py:
-the OTLP receiver and the file exporter only) on loopback for one test. Point a process
-at ``otel_collector.env`` and read what arrived with ``otel_collector.spans()``.
+the OTLP receiver and the file exporter only) on loopback for one test;
+``node_otel_collector`` starts it on the real node's bridge, where pods reach it. Point a
+process at ``otel_collector.env`` (a pod: ``endpoint``) and read what arrived with
+``otel_collector.spans()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -42,15 +45,16 @@ class Span:
 class Collector:
     """A running collector and the file its traces go to."""
 
-    def __init__(self, process: ServerProcess, port: int, output: Path) -> None:
+    def __init__(self, process: ServerProcess, address: str, port: int, output: Path) -> None:
         self.process = process
+        self.address = address
         self.port = port
         self.output = output
 
     @property
     def endpoint(self) -> str:
         """The OTLP/HTTP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.address}:{self.port}"
 
     @property
     def env(self) -> dict[str, str]:
@@ -133,14 +137,14 @@ def _span(raw: dict[str, Any]) -> Span:
     )
 
 
-def _config(port: int, output: Path) -> str:
+def _config(address: str, port: int, output: Path) -> str:
     return "\n".join(
         [
             "receivers:",
             "  otlp:",
             "    protocols:",
             "      http:",
-            f"        endpoint: 127.0.0.1:{port}",
+            f"        endpoint: {address}:{port}",
             "exporters:",
             "  file:",
             f"    path: {output}",
@@ -158,9 +162,9 @@ def _config(port: int, output: Path) -> str:
     )
 
 
-@pytest.fixture
-def otel_collector() -> Iterator[Collector]:
-    """A started collector for one test; stopped and removed after."""
+@contextlib.contextmanager
+def running_collector(address: str) -> Iterator[Collector]:
+    """A collector taking OTLP/HTTP on ``address`` (a free port); stopped and removed after."""
     try:
         binary = binary_path("otelcol")
     except ProvisioningError as error:
@@ -168,13 +172,14 @@ def otel_collector() -> Iterator[Collector]:
             "the OpenTelemetry Collector", f"run `python -m tests.bench.testbin otelcol`: {error}"
         )
     workdir = Path(tempfile.mkdtemp(prefix="alpineagents-otelcol-"))
+    workdir.chmod(0o700)
     port = free_port()
     config = workdir / "config.yaml"
-    config.write_text(_config(port, workdir / "traces.jsonl"))
+    config.write_text(_config(address, port, workdir / "traces.jsonl"))
     process = ServerProcess(
         "otelcol", [str(binary), f"--config={config}"], workdir / "otelcol.log", stop_grace=15
     )
-    collector = Collector(process, port, workdir / "traces.jsonl")
+    collector = Collector(process, address, port, workdir / "traces.jsonl")
     try:
         process.start()
         process.wait_until(collector._ready, "accepting OTLP/HTTP")
@@ -182,3 +187,19 @@ def otel_collector() -> Iterator[Collector]:
     finally:
         process.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def otel_collector() -> Iterator[Collector]:
+    """A started collector on loopback for one test."""
+    with running_collector("127.0.0.1") as collector:
+        yield collector
+
+
+@pytest.fixture
+def node_otel_collector(real_node: Any) -> Iterator[Collector]:
+    """A started collector on the real node's bridge (pods send to its ``endpoint``)."""
+    from tests.bench.node_network import NodeSubnet
+
+    with running_collector(NodeSubnet(0).gateway) as collector:
+        yield collector

@@ -281,7 +281,15 @@ def _go_install_builder(package: str, version: str, ldflags: str) -> Callable[[P
 # --- the OpenTelemetry Collector: ocb builds a distribution from a manifest ------------
 
 
+_OTELCOL_MODULES = (
+    "go.opentelemetry.io/collector/receiver/otlpreceiver",
+    "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter",
+)
+"""The collector's components: the OTLP receiver and the file exporter."""
+
+
 def _otelcol_manifest(out_dir: Path) -> str:
+    receiver, exporter = _OTELCOL_MODULES
     return "\n".join(
         [
             "dist:",
@@ -290,10 +298,9 @@ def _otelcol_manifest(out_dir: Path) -> str:
             f"  version: {OTELCOL_VERSION.removeprefix('v')}",
             f"  output_path: {out_dir}",
             "receivers:",
-            f"  - gomod: go.opentelemetry.io/collector/receiver/otlpreceiver {OTELCOL_VERSION}",
+            f"  - gomod: {receiver} {OTELCOL_VERSION}",
             "exporters:",
-            "  - gomod: github.com/open-telemetry/opentelemetry-collector-contrib/exporter/"
-            f"fileexporter {OTELCOL_VERSION}",
+            f"  - gomod: {exporter} {OTELCOL_VERSION}",
             "",
         ]
     )
@@ -330,7 +337,13 @@ def _build_otelcol(out: Path) -> None:
     if result.returncode != 0:
         tail = "\n".join(result.stdout.splitlines()[-40:])
         raise ProvisioningError(f"the collector builder (ocb) failed in {source}:\n{tail}")
-    _run_go(["build", "-trimpath", "-ldflags=-s -w", "-o", str(out), "."], source / "dist")
+    dist = source / "dist"
+    if not (dist / "go.mod").exists():
+        # With --skip-get-modules this ocb writes no go.mod: a module requiring the two
+        # components at the collector's version (their go.mod pins the core modules).
+        _run_go(["mod", "init", "otelcol"], dist)
+        _run_go(["get", *(f"{module}@{OTELCOL_VERSION}" for module in _OTELCOL_MODULES)], dist)
+    _run_go(["build", "-trimpath", "-ldflags=-s -w", "-o", str(out), "."], dist)
 
 
 # --- version checks for binaries found on PATH -----------------------------------------

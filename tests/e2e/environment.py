@@ -204,9 +204,7 @@ def cluster_environment(
             RELEASE,
             namespace,
             kubeconfig,
-            # One operator replica: these tests read its log and metrics from its pod, and a
-            # standby has neither (failover is tests/operator/test_leader_election.py's).
-            {**values, "operator": {"resyncSeconds": 5, "replicas": 1}},
+            release_values(values),
             "--wait",
             "--timeout=5m",
         )
@@ -214,6 +212,34 @@ def cluster_environment(
         stack.callback(_delete_runs, cluster)
         wait_until_operator_watches(cluster)
         yield cluster
+
+
+def release_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values the release is installed with: ``values`` and the e2e operator's."""
+    # One operator replica: these tests read its log and metrics from its pod, and a
+    # standby has neither (failover is tests/operator/test_leader_election.py's).
+    return {**values, "operator": {"resyncSeconds": 5, "replicas": 1}}
+
+
+def upgrade_release(env: Environment, helm: Helm, values: Mapping[str, Any]) -> None:
+    """``helm upgrade`` the release to what it was installed with plus ``values`` (which
+    change the operator's pod), and wait until the new operator is the only one and
+    handles AgentRuns."""
+    selector = "app.kubernetes.io/component=operator"
+    before = env.kubectl("get", "pods", "-l", selector, "-o", "name").stdout.split()
+    helm.upgrade(
+        RELEASE,
+        env.namespace,
+        env.kubeconfig,
+        release_values({**env.values, **values}),
+        "--wait",
+        "--timeout=5m",
+    )
+    if before:
+        # An old operator still terminating could lead a little longer and start pods with
+        # the old settings: it goes first.
+        env.kubectl("wait", "--for=delete", *before, "--timeout=180s", timeout=200)
+    wait_until_operator_watches(env)
 
 
 _HANDLED = "kopf.alpineagents.dev/last-handled-configuration"

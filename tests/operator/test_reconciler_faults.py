@@ -11,7 +11,9 @@ own at its end), so nothing else acts on these runs.
 - A replacement pod never starts while its State cannot be claimed (fenced): the run
   says why, and the pod starts once the claim goes through.
 - A lost pod still writing its State is fenced before its successor is created, even
-  when it writes between the operator's read and its claim.
+  when it writes between the operator's read and its claim; and then status names no
+  call as aborted whose result that write saved (the State is read again after the
+  claim).
 - After a store outage, status (``abortedCalls`` above all) agrees with the history. The
   pods here are the runner as a pod runs it, and the test writes their exit into the
   pod's status as the kubelet would.
@@ -347,6 +349,86 @@ async def test_a_lost_pod_still_writing_is_fenced_before_its_successor_is_create
     assert history.count("message") == 1 + saves.count("saved")
 
 
+class LostPodSavesAfterTheFirstRead(WrappedStore):
+    """The operator's store, and next to it a lost pod that saves once, right after the
+    operator's first read: between that read and the claim."""
+
+    def __init__(self, inner: Store, lost_pod_saves: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.lost_pod_saves: Callable[[], None] | None = lost_pod_saves
+
+    def incoming(self, state_id: str, record: Record) -> Record:
+        saves, self.lost_pod_saves = self.lost_pod_saves, None
+        if saves is not None:
+            saves()
+        return record
+
+
+async def test_aborted_calls_name_no_call_whose_result_was_saved_before_the_claim(
+    cluster: Kube, minio: S3Server, store_url: str
+) -> None:
+    root = credentials(minio.access_key, minio.secret_key)
+    name = f"f-{uuid.uuid4().hex[:6]}"
+    state_id = interrupted_run(cluster, open_store(store_url, env=root), name)
+    # Pod 1 saved the model's call and ran it; it is lost, but still running.
+    lost_store = open_store(store_url, env=root)
+    lost = lost_store.load(state_id)
+    call = {"type": "tool_use", "id": "toolu_done", "name": "shell", "input": {}}
+    message = {"role": "assistant", "content": [call]}
+    lost.add("model_reply", "calls shell", {"message": message, "model": "claude-sonnet-5"})
+    lost_store.save(lost)
+    [pending] = lost.pending_calls
+
+    def lost_pod_saves() -> None:
+        lost.add_result(pending, "ok", "done")
+        lost_store.save(lost)
+
+    reconciler = reconciler_for(
+        cluster,
+        store_url,
+        lambda url: LostPodSavesAfterTheFirstRead(open_store(url, env=root), lost_pod_saves),
+    )
+    try:
+        await reconciler.reconcile(cluster.namespace, name)
+    finally:
+        reconciler.close()
+    assert cluster.pod_names(name) == [f"{name}-2"]
+    [result] = tool_results(open_store(store_url, env=root).load(state_id))
+    assert result.outcome == "ok"  # the lost pod's save landed before the claim ...
+    resumed = status(cluster.run(name))
+    assert "abortedCalls" not in resumed, resumed  # ... so no call of it was aborted
+    assert resumed["lastSavedSeq"] == result.seq
+
+
+async def test_a_lost_pod_that_saved_its_answer_before_the_claim_gets_no_successor(
+    cluster: Kube, minio: S3Server, store_url: str
+) -> None:
+    root = credentials(minio.access_key, minio.secret_key)
+    name = f"f-{uuid.uuid4().hex[:6]}"
+    state_id = interrupted_run(cluster, open_store(store_url, env=root), name)
+    lost_store = open_store(store_url, env=root)
+    lost = lost_store.load(state_id)
+
+    def lost_pod_answers() -> None:
+        message = {"role": "assistant", "content": [{"type": "text", "text": "All done."}]}
+        lost.add("model_reply", "All done.", {"message": message, "model": "claude-sonnet-5"})
+        lost.add("stop", "stopped: answered", {"reason": "answered"})
+        lost_store.save(lost)
+
+    reconciler = reconciler_for(
+        cluster,
+        store_url,
+        lambda url: LostPodSavesAfterTheFirstRead(open_store(url, env=root), lost_pod_answers),
+    )
+    try:
+        await reconciler.reconcile(cluster.namespace, name)
+    finally:
+        reconciler.close()
+    assert cluster.pod_names(name) == []  # the answer was saved before the claim
+    done = status(cluster.run(name))
+    assert (done["phase"], done["answer"]) == ("Succeeded", "All done."), done
+
+
 # ------------------------------------------------------------------------------ graceful stop
 async def test_a_terminating_pod_is_replaced_at_once_and_the_fence_decides_who_writes(
     cluster: Kube, minio: S3Server, store_url: str
@@ -555,7 +637,7 @@ class CountingCluster(Cluster):
         return super().get_run(namespace, name)
 
 
-async def test_a_lost_pod_is_replaced_in_one_call_that_reads_its_state_once(
+async def test_a_lost_pod_is_replaced_in_one_call_that_reads_its_state_once_and_after_the_claim(
     cluster: Kube, minio: S3Server, store_url: str
 ) -> None:
     root = credentials(minio.access_key, minio.secret_key)
@@ -578,11 +660,12 @@ async def test_a_lost_pod_is_replaced_in_one_call_that_reads_its_state_once(
         pod = container_exited(cluster, f"{name}-1", 143)  # SIGTERM'd, as by a drain
         reads_before = sum(s.reads for s in stores)
         await reconciler.pod_changed(cluster.namespace, name, pod, gone=False)
-        # Marked Interrupted, then resumed in pod 2: the State read once for both steps.
+        # Marked Interrupted, then resumed in pod 2: the State read once for both steps,
+        # and once more after its claim (what pod 2 loads, for status.abortedCalls).
         assert cluster.pod_names(name) == [f"{name}-1", f"{name}-2"]
         resumed = status(cluster.run(name))
         assert (resumed["attempt"], resumed["restarts"]) == (2, 1)
-        assert sum(s.reads for s in stores) - reads_before == 1
+        assert sum(s.reads for s in stores) - reads_before == 2
         assert {"PodLost", "PodCreated"} <= set(cluster.event_reasons(name))
         # The same pod again (a watch delivers an unchanged pod, or a readiness change):
         # nothing for a step to do, so no step runs.

@@ -107,6 +107,25 @@ def test_sigterm_while_the_model_is_asked_takes_the_request_back(
     assert model_server.requests[-1].body == model_server.requests[0].body
 
 
+def test_sigterm_during_a_long_streamed_model_call_exits_without_waiting_for_the_reply(
+    workspace: Workspace, model_server: ModelServer
+) -> None:
+    # A long reply (maxTokens past the streaming threshold) that the model still writes:
+    # a stopping runner saves and exits, closing the call instead of waiting it out.
+    model_server.add(hold(reply("A long essay.")))
+    manifest = workspace.manifest(prompt="Write the essay.", maxTokens=32000)
+    runner = workspace.start(manifest)
+    model_server.wait_for_requests(1)
+    runner.signal(signal.SIGTERM)
+    assert runner.wait() == ExitCode.SIGTERM
+    assert model_server.release() == 1  # the reply was still held when the runner exited
+    assert runner.message["outcome"] == "stopped"
+    state = workspace.store.load("job")
+    assert [e.kind for e in state.history] == ["message", "model_request", "model_error", "stop"]
+    assert runner.message["lastSavedSeq"] == len(state.history) - 1
+    assert state.stopped == "interrupted"
+
+
 def test_sigkill_mid_tool_resumes_without_running_the_tool_again(
     workspace: Workspace, model_server: ModelServer, leftover_commands: list[int]
 ) -> None:

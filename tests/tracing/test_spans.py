@@ -127,6 +127,40 @@ def test_a_run_is_an_attempt_span_with_model_and_tool_spans(
     assert ok.parent is not None and ok.parent.span_id == attempt.context.span_id
 
 
+def test_an_interrupted_attempt_and_its_aborted_call_have_status_error(
+    tmp_path: Path,
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    spans: InMemorySpanExporter,
+) -> None:
+    @tool
+    def slow() -> str:
+        """Its run is interrupted while it runs (as by a pod's SIGTERM)."""
+        raise KeyboardInterrupt
+
+    model_server.add(reply(tool_use("slow", id="toolu_i")))
+    agent = Agent(
+        model="claude-sonnet-5", store=FileStore(tmp_path), tools=[slow], client=model_client
+    )
+    with pytest.raises(KeyboardInterrupt):
+        agent.run(State(id="stopped", messages=[Message.user("Go")]))
+    (attempt,) = named(spans, "invoke_agent")
+    assert (attempt.attributes or {})["alpineagents.stop_reason"] == "interrupted"
+    assert attempt.status.status_code == StatusCode.ERROR
+    (call,) = named(spans, "execute_tool")
+    assert (call.attributes or {})["alpineagents.tool.outcome"] == "aborted"
+    assert call.status.status_code == StatusCode.ERROR
+
+    # The run resumed: its attempt names the call the stopped one closed as aborted.
+    spans.clear()
+    model_server.add(reply("Stopped before it ended."))
+    assert agent.run(FileStore(tmp_path).load("stopped")) == "Stopped before it ended."
+    (resumed,) = named(spans, "invoke_agent")
+    (resume,) = resumed.events
+    assert resume.name == "resume"
+    assert (resume.attributes or {})["alpineagents.aborted_calls"] == ("toolu_i",)
+
+
 def test_content_is_captured_only_when_asked_and_never_a_secret(
     tmp_path: Path,
     model_server: ModelServer,
