@@ -152,6 +152,27 @@ class Helm:
             kubeconfig=kubeconfig,
         )
 
+    def upgrade(
+        self,
+        release: str,
+        namespace: str,
+        kubeconfig: Path,
+        values: Mapping[str, Any] | None = None,
+        *extra: str,
+    ) -> subprocess.CompletedProcess[str]:
+        """``helm upgrade`` of an installed release to ``values`` (``extra``: more flags)."""
+        return self.run(
+            "upgrade",
+            release,
+            str(self.chart),
+            "--namespace",
+            namespace,
+            "--values",
+            str(self.values_file(values)),
+            *extra,
+            kubeconfig=kubeconfig,
+        )
+
     def uninstall(self, release: str, namespace: str, kubeconfig: Path) -> None:
         """``helm uninstall``, tolerating a release that is already gone."""
         self.run("uninstall", release, "--namespace", namespace, kubeconfig=kubeconfig, check=False)
