@@ -231,7 +231,8 @@ def real_node(workdir: Path, operator: dict[str, Any] | None = None) -> Iterator
         yield cluster
 
 
-def _manifest(name: str, command: str) -> dict[str, Any]:
+def run_manifest(name: str, command: str) -> dict[str, Any]:
+    """An AgentRun in NAMESPACE whose one tool call is the shell ``command``."""
     return {
         "apiVersion": "alpineagents.dev/v1",
         "kind": "AgentRun",
@@ -252,7 +253,7 @@ def _runs(cluster: Any) -> dict[str, dict[str, Any]]:
     return {item["metadata"]["name"]: item for item in json.loads(listing)["items"]}
 
 
-def _wait_all_succeeded(cluster: Any, names: list[str]) -> dict[str, str]:
+def wait_all_succeeded(cluster: Any, names: list[str]) -> dict[str, str]:
     """Wait until every run Succeeded; returns each run's State id."""
     deadline = time.monotonic() + DEADLINE
     while True:
@@ -283,7 +284,7 @@ print(json.dumps(out))
 """
 
 
-def _entry_times(cluster: Any, state_ids: list[str]) -> dict[str, list[float]]:
+def entry_times(cluster: Any, state_ids: list[str]) -> dict[str, list[float]]:
     """Each State's entry times, read in the operator's pod (it has the store's URL and
     credentials; the bundled MinIO is reachable inside the cluster)."""
     result = cluster.kubectl(
@@ -304,7 +305,8 @@ def _gone(pod: str) -> Callable[[PodEvent], bool]:
     return lambda e: e.name == pod and (e.finished or e.type == "DELETED")
 
 
-def _added(pod: str) -> Callable[[PodEvent], bool]:
+def pod_added(pod: str) -> Callable[[PodEvent], bool]:
+    """Matches the ADDED event of ``pod``."""
     return lambda e: e.name == pod and e.type == "ADDED"
 
 
@@ -314,7 +316,7 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
     from kubernetes import client
 
     names = [f"res-{uuid.uuid4().hex[:6]}" for _ in range(size)]
-    documents = [_manifest(n, gate.command(n)) for n in names]
+    documents = [run_manifest(n, gate.command(n)) for n in names]
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(documents))
     for name in names:
         gate.wait_started(name, timeout=DEADLINE)
@@ -331,9 +333,9 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
     for name in names:
         first, second = f"{name}-1", f"{name}-2"
         losses[name].observed = watch.wait_for(_gone(first), f"{first} lost").at
-        losses[name].created = watch.wait_for(_added(second), f"{second} created").at
-    states = _wait_all_succeeded(cluster, names)
-    times = _entry_times(cluster, list(states.values()))
+        losses[name].created = watch.wait_for(pod_added(second), f"{second} created").at
+    states = wait_all_succeeded(cluster, names)
+    times = entry_times(cluster, list(states.values()))
     for name, state_id in states.items():
         loss = losses[name]
         after = [t for t in times[state_id] if t > loss.created]

@@ -13,6 +13,7 @@ from alpineagents import FileStore
 
 from . import (
     agent_cost,
+    drain,
     failover,
     long_runs,
     operator_scale,
@@ -431,4 +432,5 @@ SECTIONS: dict[str, Section] = {
     "operator": operator_scale.section,
     "long-runs": long_run_bills,
     "failover": failover.section,
+    "drain": drain.section,
 }

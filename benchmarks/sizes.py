@@ -31,6 +31,7 @@ ORDER = [
     "long-largest",
     "long-resume",
     "failover",
+    "drain",
 ]
 
 
