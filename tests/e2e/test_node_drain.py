@@ -43,15 +43,16 @@ DRAINED, OTHER_WORKER = "node-1", "node-2"
 
 
 def drain(env: Environment, node: str) -> str:
-    """``kubectl drain`` as a platform team runs it; its output."""
-    return env.kubectl(
+    """``kubectl drain`` as a platform team runs it; what it printed."""
+    result = env.kubectl(
         "drain",
         node,
         "--ignore-daemonsets",
         "--delete-emptydir-data",
         "--timeout=300s",
         timeout=360,
-    ).stdout
+    )
+    return result.stdout + result.stderr
 
 
 def test_a_drained_nodes_runs_resume_on_other_nodes_without_rerunning_a_call(

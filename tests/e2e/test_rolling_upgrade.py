@@ -55,6 +55,9 @@ def upgrade_to(env: Environment, helm: Helm, image: str) -> None:
         "operator": OPERATOR_VALUES,
     }
     helm.upgrade(RELEASE, env.namespace, env.kubeconfig, values, "--wait", "--timeout=5m")
+    # helm's --wait is content once the new pod is ready; the rollout ends when the old
+    # one is gone too.
+    env.kubectl("rollout", "status", f"deployment/{env.operator}", "--timeout=180s", timeout=200)
 
 
 def operator_images(env: Environment) -> set[str]:
