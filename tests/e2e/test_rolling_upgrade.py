@@ -11,7 +11,8 @@ hands over) and the image new pods get; pods already running keep theirs. So:
 - runs whose pod runs on through the upgrade end on 0.1.0;
 - runs whose pod is deleted after it resume in a pod of the new image, from the State the
   0.1.0 runner saved: a State written by runner 0.1.0 loads in runner
-  0.1.1-upgrade, its history kept entry for entry.
+  0.1.1-upgrade (both write State format 5, ``alpineagents.state.FORMAT_VERSION``), its
+  history kept entry for entry.
 
 Each run holds its one tool call in the bench's :class:`~tests.bench.tool_gate.ToolGate`
 until the test lets it go. Suite scale: four runs; the release is upgraded back to the
