@@ -32,17 +32,22 @@ RUN pip wheel --wheel-dir /wheels ".[operator,mcp,ui]"
 # ---- final: the runtime, no build tools, no wheels left behind ---------------------------
 FROM ${PYTHON_IMAGE}
 
+# The image's version: the runner reports it in its termination message and the operator
+# shows it as an AgentRun's status.runnerVersion (which image ended a run, across upgrades).
+ARG VERSION=0.1.0
+
 LABEL org.opencontainers.image.title="alpineagents" \
       org.opencontainers.image.description="Durable LLM agent runs on Kubernetes: operator and runner" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.version="0.1.0"
+      org.opencontainers.image.version="${VERSION}"
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    HOME=/work
+    HOME=/work \
+    ALPINEAGENTS_VERSION=${VERSION}
 
 # The wheels come in through a bind mount, so none of them ends up in a layer.
 # pip compiles our packages' .pyc files at install time, and compileall the standard

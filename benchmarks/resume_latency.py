@@ -289,7 +289,8 @@ def real_node(workdir: Path, operator: dict[str, Any] | None = None) -> Iterator
         yield cluster
 
 
-def _manifest(name: str, command: str) -> dict[str, Any]:
+def run_manifest(name: str, command: str) -> dict[str, Any]:
+    """An AgentRun in NAMESPACE whose one tool call is the shell ``command``."""
     return {
         "apiVersion": "alpineagents.dev/v1",
         "kind": "AgentRun",
@@ -312,7 +313,7 @@ def _runs(cluster: Any) -> dict[str, dict[str, Any]]:
     return {item["metadata"]["name"]: item for item in json.loads(listing)["items"]}
 
 
-def _wait_all_succeeded(cluster: Any, names: list[str]) -> dict[str, str]:
+def wait_all_succeeded(cluster: Any, names: list[str]) -> dict[str, str]:
     """Wait until every run Succeeded; returns each run's State id."""
     deadline = time.monotonic() + DEADLINE
     while True:
@@ -343,7 +344,7 @@ print(json.dumps(out))
 """
 
 
-def _entry_times(cluster: Any, state_ids: list[str]) -> dict[str, list[float]]:
+def entry_times(cluster: Any, state_ids: list[str]) -> dict[str, list[float]]:
     """Each State's entry times, read in the operator's pod (it has the store's URL and
     credentials; the bundled MinIO is reachable inside the cluster)."""
     result = cluster.kubectl(
@@ -384,7 +385,8 @@ def _cue(pod: str) -> Callable[[PodEvent], bool]:
     return lambda e: e.name == pod and (e.deleting or e.finished or e.type == "DELETED")
 
 
-def _added(pod: str) -> Callable[[PodEvent], bool]:
+def pod_added(pod: str) -> Callable[[PodEvent], bool]:
+    """Matches the ADDED event of ``pod``."""
     return lambda e: e.name == pod and e.type == "ADDED"
 
 
@@ -398,7 +400,7 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
     from kubernetes import client
 
     names = [f"res-{uuid.uuid4().hex[:6]}" for _ in range(size)]
-    documents = [_manifest(n, gate.command(n)) for n in names]
+    documents = [run_manifest(n, gate.command(n)) for n in names]
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(documents))
     for name in names:
         gate.wait_started(name, timeout=DEADLINE)
@@ -416,17 +418,17 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
         first, second = f"{name}-1", f"{name}-2"
         loss = losses[name]
         loss.observed = watch.wait_for(_cue(first), f"{first} lost").at
-        loss.created = watch.wait_for(_added(second), f"{second} created").at
+        loss.created = watch.wait_for(pod_added(second), f"{second} created").at
         loss.scheduled = watch.wait_for(_reached(second, "scheduled"), f"{second} bound").at
         loss.sandbox = watch.wait_for(_reached(second, "sandbox"), f"{second} sandbox").at
         loss.running = watch.wait_for(_reached(second, "running"), f"{second} running").at
         loss.old_exited = watch.wait_for(_gone(first), f"{first} exited").at
-    states = _wait_all_succeeded(cluster, names)
+    states = wait_all_succeeded(cluster, names)
     for name in names:
         for mark, moment in _startup_marks(core, f"{name}-2").items():
             if mark in ("process", "imported", "opened", "read", "claimed"):
                 setattr(losses[name], mark, moment)
-    times = _entry_times(cluster, list(states.values()))
+    times = entry_times(cluster, list(states.values()))
     for name, state_id in states.items():
         loss = losses[name]
         after = [t for t in times[state_id] if t > loss.created]

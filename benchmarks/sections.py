@@ -13,6 +13,7 @@ from alpineagents import FileStore
 
 from . import (
     agent_cost,
+    drain,
     failover,
     long_runs,
     operator_runs,
@@ -441,4 +442,5 @@ SECTIONS: dict[str, Section] = {
     "operator-runs": operator_runs.section,
     "long-runs": long_run_bills,
     "failover": failover.section,
+    "drain": drain.section,
 }

@@ -33,6 +33,7 @@ ORDER = [
     "long-largest",
     "long-resume",
     "failover",
+    "drain",
 ]
 
 

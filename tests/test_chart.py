@@ -757,7 +757,10 @@ def test_one_version_and_one_user_across_image_chart_and_operator() -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == version
-    assert f'org.opencontainers.image.version="{version}"' in dockerfile
+    # The label and the runner's ALPINEAGENTS_VERSION both come from this argument.
+    assert f"ARG VERSION={version}\n" in dockerfile
+    assert 'org.opencontainers.image.version="${VERSION}"' in dockerfile
+    assert "ALPINEAGENTS_VERSION=${VERSION}" in dockerfile
     assert re.search(r"^USER 65532:65532$", dockerfile, re.M)
     assert pods.RUN_AS_USER == RUN_AS_USER
     # The image's default command is what the operator runs in agent pods.

@@ -16,6 +16,7 @@ It is plain data and stdlib only: the operator imports it without the runtime.
 from __future__ import annotations
 
 import enum
+import importlib.metadata
 import json
 import os
 import re
@@ -76,6 +77,10 @@ commands (also as their ``*_FILE`` forms)."""
 ENV_PRICES = "ALPINEAGENTS_PRICES"
 """A price table as JSON, ``{"model id prefix": {"input": USD, "output": USD}}`` per
 million tokens (the chart's ``runs.prices``): it overrides the runtime's own."""
+ENV_VERSION = "ALPINEAGENTS_VERSION"
+"""The image's version (the Dockerfile's ``VERSION`` build argument, also its
+``org.opencontainers.image.version`` label): the runner reports it as ``runnerVersion``
+(:func:`runner_version`), so a run's status says which image ended it across an upgrade."""
 ENV_PREFIX = "ALPINEAGENTS_"
 """The operator's variables: an AgentRun's ``spec.env`` cannot override these."""
 ENV_MCP_PREFIX = "ALPINEAGENTS_MCP_"
@@ -177,6 +182,9 @@ class TerminationMessage:
     pending_approvals: tuple[PendingApproval, ...] = ()
     aborted: tuple[str, ...] = ()
     cost_usd: float | None = None
+    runner_version: str | None = None
+    """The version of the runner that wrote it (:func:`runner_version`); None from runners
+    older than the field."""
 
     @classmethod
     def parse(cls, text: str) -> TerminationMessage | None:
@@ -193,6 +201,7 @@ class TerminationMessage:
         usage = raw.get("usage")
         aborted = raw.get("aborted")
         cost = raw.get("costUSD")
+        version = raw.get("runnerVersion")
         return cls(
             outcome=raw["outcome"],
             state_id=raw.get("stateId") if isinstance(raw.get("stateId"), str) else None,
@@ -208,6 +217,7 @@ class TerminationMessage:
             pending_approvals=PendingApproval.parse_all(raw.get("pendingApprovals")),
             aborted=tuple(str(a) for a in aborted) if isinstance(aborted, list) else (),
             cost_usd=float(cost) if isinstance(cost, int | float) else None,
+            runner_version=version if isinstance(version, str) and version else None,
         )
 
 
@@ -223,8 +233,11 @@ def termination_message_json(
     pending_approvals: tuple[PendingApproval, ...] = (),
     aborted: tuple[str, ...] = (),
     cost_usd: float = 0.0,
+    version: str | None = None,
 ) -> dict[str, Any]:
-    """The message as the runner writes it, fitted to the limit (see :func:`fit_termination_message`)."""
+    """The message as the runner writes it, fitted to the limit (see :func:`fit_termination_message`).
+
+    ``version`` (the runner's) defaults to this process's own (:func:`runner_version`)."""
     return fit_termination_message(
         {
             "outcome": outcome,
@@ -237,6 +250,7 @@ def termination_message_json(
             "error": _cut(error, _TEXT_LIMIT),
             "pendingApprovals": [call.to_json() for call in pending_approvals],
             "aborted": list(aborted),
+            "runnerVersion": _cut(version or runner_version(), 100),
         }
     )
 
@@ -282,6 +296,18 @@ def write_termination_message(
     except OSError:
         return None
     return path
+
+
+def runner_version(environ: Mapping[str, str] | None = None) -> str:
+    """This runner's version: :data:`ENV_VERSION` from the image, else the installed
+    package's version ("unknown" when neither is there)."""
+    env = os.environ if environ is None else environ
+    if env.get(ENV_VERSION):
+        return env[ENV_VERSION]
+    try:
+        return importlib.metadata.version("alpineagents")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 _MCP_SECRET_FIELDS: tuple[tuple[str, Literal["header", "env"]], ...] = (

@@ -341,7 +341,11 @@ class _Step:
         outcome = outcome_of(pod)
         report = pod.exit.report if pod.exit else None
         facts: JSON = {}
+        if pod.image:
+            facts["runnerImage"] = pod.image
         if report is not None:
+            if report.runner_version:
+                facts["runnerVersion"] = report.runner_version
             if report.last_saved_seq is not None:
                 facts["lastSavedSeq"] = report.last_saved_seq
             if report.turns is not None:

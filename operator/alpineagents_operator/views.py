@@ -298,6 +298,8 @@ class PodView:
     disruption: str | None = None
     """Reason of a True ``DisruptionTarget`` condition (eviction, PodGC after node loss)."""
     unschedulable: str | None = None
+    image: str | None = None
+    """The runner container's image, as the pod's spec names it."""
 
     @property
     def finished(self) -> bool:
@@ -334,6 +336,8 @@ class PodView:
                 report=TerminationMessage.parse(message) if message else None,
             )
         waiting = state.get("waiting") if isinstance(state.get("waiting"), Mapping) else None
+        containers: Sequence[Mapping[str, Any]] = (pod.get("spec") or {}).get("containers") or []
+        image = next((c.get("image") for c in containers if c.get("name") == container), None)
         disruption = None
         unschedulable = None
         for condition in status.get("conditions") or []:
@@ -361,6 +365,7 @@ class PodView:
             exit=exit_info,
             disruption=disruption,
             unschedulable=unschedulable,
+            image=str(image) if image else None,
         )
 
 

@@ -10,6 +10,9 @@ the node needs (:mod:`tests.bench.host_packages`) and build (or reuse) every ima
   the Dockerfile defaults to (that one has its own CPython in ``/usr/local``).
 - ``alpineagents``: the project's own ``Dockerfile``, unmodified, with the base passed as
   the ``PYTHON_IMAGE`` build argument.
+- ``upgrade``: our image once more with the next version (``ALPINEAGENTS_VERSION`` and
+  its version label bumped to :data:`UPGRADE_VERSION`, nothing else changed), for tests
+  that upgrade the chart from one image to another while runs go on.
 - ``pause``: the pod sandbox process (``node/pause.c``, static) alone in a scratch image.
 - ``minio``: the MinIO binary that :mod:`tests.bench.testbin` builds, on the base, for the
   chart's bundled MinIO (``minio.image`` in the chart's values).
@@ -55,6 +58,13 @@ EXTRA_CA_CERTIFICATES = Path("/usr/local/share/ca-certificates")
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 
 _PAUSE_DOCKERFILE = 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n'
+UPGRADE_VERSION = "0.1.1-upgrade"
+"""The version the ``upgrade`` image reports (ours reports the project's own)."""
+_UPGRADE_DOCKERFILE = (
+    "ARG BASE\nFROM ${BASE}\n"
+    f'LABEL org.opencontainers.image.version="{UPGRADE_VERSION}"\n'
+    f"ENV ALPINEAGENTS_VERSION={UPGRADE_VERSION}\n"
+)
 _MINIO_DOCKERFILE = "ARG BASE\nFROM ${BASE}\nCOPY minio /usr/local/bin/minio\nUSER 65532:65532\n"
 # Where the build containers' cgroups go (removed again when the daemon stops).
 _CGROUP = "alpineagents-images"
@@ -148,6 +158,7 @@ def plan() -> dict[str, Image]:
     root = images_root()
     base = _digest(*base_inputs())
     ours = _digest(base, REPO / "Dockerfile", *_context_files())
+    upgrade = _digest(ours, _UPGRADE_DOCKERFILE)
     pause = _digest(_PAUSE_DOCKERFILE, NODE_FILES / "pause.c")
     minio = _digest(base, _MINIO_DOCKERFILE, binary_path("minio"))
     return {
@@ -158,6 +169,9 @@ def plan() -> dict[str, Image]:
         ),
         "alpineagents": Image(
             "alpineagents", f"alpineagents:bench-{ours}", root / f"alpineagents-{ours}.tar"
+        ),
+        "upgrade": Image(
+            "upgrade", f"alpineagents-bench/upgrade:{upgrade}", root / f"upgrade-{upgrade}.tar"
         ),
         "pause": Image("pause", f"alpineagents-bench/pause:{pause}", root / f"pause-{pause}.tar"),
         "minio": Image("minio", f"alpineagents-bench/minio:{minio}", root / f"minio-{minio}.tar"),
@@ -426,6 +440,12 @@ def _build_pause(docker: Docker, image: Image) -> None:
         _build_small(docker, image, _PAUSE_DOCKERFILE, {"pause": binary})
 
 
+def _build_upgrade(docker: Docker, image: Image, ours: Image) -> None:
+    if not docker.has(ours.ref):
+        docker.run("load", "--input", str(ours.archive))
+    _build_small(docker, image, _UPGRADE_DOCKERFILE, {}, f"--build-arg=BASE={ours.ref}")
+
+
 def _build_minio(docker: Docker, image: Image, base: Image) -> None:
     _ensure_base_in(docker, base)
     _build_small(
@@ -467,6 +487,8 @@ def ensure_images(report: bool = False) -> dict[str, Image]:
                         _build_base(image)
                     elif name == "alpineagents":
                         _build_ours(docker, image, images["python-base"])
+                    elif name == "upgrade":
+                        _build_upgrade(docker, image, images["alpineagents"])
                     elif name == "pause":
                         _build_pause(docker, image)
                     else:

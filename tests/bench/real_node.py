@@ -53,7 +53,7 @@ from tests.bench.node_network import CLUSTER_CIDR, HostNetwork, NodeSubnet, Serv
 from tests.bench.server_process import ServerFailed, ServerProcess
 from tests.bench.testbin import ProvisioningError, binary_path
 
-NODE_NAMES = ("node-0", "node-1")
+NODE_NAMES = ("node-0", "node-1", "node-2")
 _HOW_TO_FIX = (
     "run `python -m tests.bench.testbin` and `python -m tests.bench.images` as root on a "
     "Debian machine (scripts/test does both)"
@@ -93,15 +93,20 @@ class RealCluster:
             },
         }
 
-    def add_node(self) -> KubeletNode:
-        """Bring up ``node-1`` (with our image and the pause image) and wait until Ready."""
-        name = NODE_NAMES[1]
+    def add_node(self, name: str = NODE_NAMES[1]) -> KubeletNode:
+        """Bring up worker ``name`` (``node-1`` or ``node-2``, with our image and the pause
+        image) and wait until it is Ready."""
         if name in self.nodes:
             return self.nodes[name]
-        node = _make_node(self.plane, 1, self.workdir)
+        node = _make_node(self.plane, NODE_NAMES.index(name), self.workdir)
         self.nodes[name] = node
         node.start([self.images["pause"], self.images["alpineagents"]], self.nodes["node-0"])
         return node
+
+    def load_image(self, image: Image) -> None:
+        """Import ``image`` into every node's containerd (a new tag to upgrade to)."""
+        for node in self.nodes.values():
+            node.load_images([image])
 
     def remove_node(self, name: str) -> None:
         """Stop node ``name`` for good: its pods are deleted, then it stops and its Node

@@ -39,6 +39,10 @@ from tests.bench.tool_gate import ToolGate
 
 JSON = dict[str, Any]
 RELEASE = "e2e"
+OPERATOR_VALUES = {"resyncSeconds": 5, "replicas": 1}
+"""The operator's chart values in the e2e release. One replica: these tests read its log
+and metrics from its pod, and a standby has neither (failover is
+tests/operator/test_leader_election.py's)."""
 DEADLINE = 120.0
 """Seconds any one awaited condition may take: a safety net, not a measurement."""
 
@@ -216,9 +220,7 @@ def cluster_environment(
 
 def release_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """The values the release is installed with: ``values`` and the e2e operator's."""
-    # One operator replica: these tests read its log and metrics from its pod, and a
-    # standby has neither (failover is tests/operator/test_leader_election.py's).
-    return {**values, "operator": {"resyncSeconds": 5, "replicas": 1}}
+    return {**values, "operator": OPERATOR_VALUES}
 
 
 def upgrade_release(env: Environment, helm: Helm, values: Mapping[str, Any]) -> None:

@@ -104,6 +104,7 @@ def pod(
     disruption: str | None = None,
     deleting_at: datetime | None = None,
     waiting_reason: str = "ContainerCreating",
+    image: str | None = None,
 ) -> PodView:
     if state == "running":
         container_state: dict[str, Any] = {"running": {"startedAt": format_time(NOW)}}
@@ -142,7 +143,8 @@ def pod(
     }
     if deleting_at is not None:
         metadata["deletionTimestamp"] = format_time(deleting_at)
-    return PodView.from_pod({"metadata": metadata, "status": status})
+    spec = {"containers": [{"name": "agent", "image": image}]} if image else {}
+    return PodView.from_pod({"metadata": metadata, "spec": spec, "status": status})
 
 
 def exited(attempt: int, code: int, **kwargs: Any) -> PodView:
@@ -223,6 +225,12 @@ ROWS = [
                                      usage={"input_tokens": 5, "output_tokens": 2}))],
         phase="Succeeded", events=("Succeeded",),
         status={"answer": "42", "turns": 3, "lastSavedSeq": 9, "completedAt": format_time(NOW)}),
+    Row("exit 0: status says which runner ended the run (its version and its pod's image)",
+        run("Running", attempt=1),
+        [exited(1, 0, image="alpineagents:0.2.0",
+                message=report("answered", answer="42", runnerVersion="0.2.0"))],
+        phase="Succeeded",
+        status={"runnerVersion": "0.2.0", "runnerImage": "alpineagents:0.2.0"}),
     Row("exit 0 without a readable report: the answer is read from the store",
         run("Running", attempt=1), [exited(1, 0, message="")], needs_saved=True),
     Row("exit 0 without a report, store read: answer from the store",

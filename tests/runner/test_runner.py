@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import importlib.metadata
 import json
 import signal
 import threading
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from alpineagents import Message, State, builtin_tools
+from alpineagents.pod_contract import runner_version
 from alpineagents.runner import (
     TERMINATION_MESSAGE_LIMIT,
     ExitCode,
@@ -345,7 +347,12 @@ def test_the_termination_message_reports_the_run(
         "error",
         "pendingApprovals",
         "aborted",
+        "runnerVersion",
     }
+    # The image's ALPINEAGENTS_VERSION in a pod; here, outside one, the package's version.
+    assert (
+        message["runnerVersion"] == runner_version({}) == importlib.metadata.version("alpineagents")
+    )
     state = workspace.store.load("job")
     assert message["lastSavedSeq"] == len(state.history) - 1
     assert message["turns"] == 2 == state.turns

@@ -1,0 +1,111 @@
+"""``kubectl drain`` of a node carrying runs, on the bench's three real nodes: every run
+resumes on another node, no tool call runs twice and no saved entry is lost.
+
+The runs go to worker ``node-1`` (``node-0`` and ``node-2`` are cordoned while they start);
+each holds its one tool call in the bench's :class:`~tests.bench.tool_gate.ToolGate`,
+which counts every start of the call in any pod. Then ``node-1`` is drained as a platform
+team drains a node: ``kubectl drain --ignore-daemonsets --delete-emptydir-data`` (a run
+pod's emptyDirs are scratch space; what matters is in the store), which evicts every pod
+through the Eviction API and waits until they are gone.
+
+The operator's PodDisruptionBudget: the e2e release runs one operator replica, for which
+the chart renders no budget (one with ``minAvailable: 1`` would block every drain of the
+operator's node). The operator and the bundled MinIO (on an emptyDir) stay on ``node-0``,
+which is not drained, so the drain is not held up by them and the store keeps what the
+runs saved. With two replicas the budget lets a drain evict them one at a time (see
+``charts/alpineagents/templates/pdb.yaml``).
+
+Suite scale: four runs. ``python -m benchmarks drain`` drains a node carrying twenty and
+measures how long until all resumed (``benchmarks/drain.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from tests.bench.tool_gate import ToolGate
+from tests.e2e.environment import (
+    JSON,
+    Environment,
+    apply_run,
+    gated,
+    run_pods,
+    wait_phase,
+)
+
+pytestmark = pytest.mark.e2e
+RUNS = 4
+CONTROL_PLANE_NODE = "node-0"
+DRAINED, OTHER_WORKER = "node-1", "node-2"
+
+
+def drain(env: Environment, node: str) -> str:
+    """``kubectl drain`` as a platform team runs it; what it printed."""
+    result = env.kubectl(
+        "drain",
+        node,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=300s",
+        timeout=360,
+    )
+    return result.stdout + result.stderr
+
+
+def test_a_drained_nodes_runs_resume_on_other_nodes_without_rerunning_a_call(
+    node_env: Environment, gate: ToolGate
+) -> None:
+    cluster = node_env.real_node
+    cluster.add_node(DRAINED)
+    cluster.add_node(OTHER_WORKER)
+    try:
+        names = [f"drain-{uuid.uuid4().hex[:6]}" for _ in range(RUNS)]
+        cluster.kubectl("cordon", CONTROL_PLANE_NODE, OTHER_WORKER)
+        try:
+            for name in names:
+                apply_run(node_env, name, gated(gate, name))
+            for name in names:
+                gate.wait_started(name)
+        finally:
+            cluster.kubectl("uncordon", CONTROL_PLANE_NODE, OTHER_WORKER)
+        before: dict[str, list[JSON]] = {}
+        for name in names:
+            [first] = run_pods(node_env, name)
+            assert first["spec"]["nodeName"] == DRAINED
+            state_id = wait_phase(node_env, name, "Running")["stateId"]
+            before[name] = node_env.history(state_id) or []
+            # The prompt, the model's request and its reply with the tool call are saved.
+            assert [e["kind"] for e in before[name]].count("model_reply") == 1
+
+        output = drain(node_env, DRAINED)
+        assert all(f"evicting pod {node_env.namespace}/{n}-1" in output for n in names), output
+
+        for name in names:
+            done = wait_phase(node_env, name, "Succeeded")
+            # Resumed once, on a node that was not drained; the call started once in all,
+            # and the runner, given SIGTERM by the eviction, closed it as aborted.
+            assert done["attempt"] == 2 and done["restarts"] == 1, done
+            assert gate.starts(name) == 1
+            assert done["answer"].startswith("shell failed: (aborted"), done["answer"]
+            [second] = [p for p in run_pods(node_env, name) if p["metadata"]["name"] == f"{name}-2"]
+            assert second["spec"]["nodeName"] in (CONTROL_PLANE_NODE, OTHER_WORKER)
+            # Nothing saved before the drain is lost: the history grew from it.
+            after = node_env.history(done["stateId"]) or []
+            assert after[: len(before[name])] == before[name], json.dumps(after, indent=1)
+            kinds = [e["kind"] for e in after]
+            assert kinds.count("message") == 1 and kinds.count("model_reply") == 2
+            [result] = [e["data"] for e in after if e["kind"] == "tool_result"]
+            assert result["outcome"] == "aborted"
+        assert (
+            node_env.kubectl(
+                "get", "pods", f"--field-selector=spec.nodeName={DRAINED}", "-o", "name"
+            ).stdout.strip()
+            == ""
+        )
+    finally:
+        for node in (DRAINED, OTHER_WORKER):
+            if node in cluster.nodes:
+                cluster.remove_node(node)
