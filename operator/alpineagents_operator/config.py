@@ -34,6 +34,9 @@ in each namespace where AgentRuns run.
 ``ALPINEAGENTS_STS_ROLE_ARN``          role to assume (AWS needs one; MinIO ignores it)
 ``ALPINEAGENTS_RUN_RESOURCES``         JSON resources (requests/limits) for pods whose
                                        AgentRun has no ``spec.resources``
+``ALPINEAGENTS_RUN_MAX_RESOURCES``     JSON object of the most a run may ask of each
+                                       resource (``{"memory": "8Gi"}``), requests and
+                                       limits alike; more is refused (resource_caps)
 ``ALPINEAGENTS_ENCRYPTION_SECRET``     Secret with the encryption keyring for pods ("" =
                                        none); the store URL then carries
                                        ``encrypted=true`` (see alpineagents.store.encrypted)
@@ -56,6 +59,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .resource_caps import parse_quantity
 
 DEFAULT_IMAGE = "ghcr.io/alpineagents/alpineagents:0.1.0"
 DEFAULT_STORE = "file:///var/lib/alpineagents/runs"
@@ -98,6 +103,8 @@ class OperatorConfig:
     run_credentials_seconds: int = 3600
     sts_role_arn: str = ""
     run_resources: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_RUN_RESOURCES))
+    max_run_resources: Mapping[str, str] = field(default_factory=dict)
+    """The most a run's ``spec.resources`` may ask of each resource (no entry: no cap)."""
     prices: str = ""
     """The chart's ``runs.prices`` as JSON (ALPINEAGENTS_PRICES), passed to every run pod."""
     """Resources of run pods whose AgentRun has no ``spec.resources``."""
@@ -198,6 +205,7 @@ class OperatorConfig:
             run_credentials_seconds=int(lifetime),
             sts_role_arn=text("ALPINEAGENTS_STS_ROLE_ARN", defaults.sts_role_arn),
             run_resources=resources,
+            max_run_resources=_max_resources(text("ALPINEAGENTS_RUN_MAX_RESOURCES", "")),
             prices=_prices(text("ALPINEAGENTS_PRICES", "")),
             encryption_secret=text("ALPINEAGENTS_ENCRYPTION_SECRET", defaults.encryption_secret),
             encryption_secret_key=text(
@@ -207,6 +215,29 @@ class OperatorConfig:
             allowed_stores=_names(text("ALPINEAGENTS_ALLOWED_STORES", "")),
             run_otel_env=_otel_env(text("ALPINEAGENTS_RUN_OTEL_ENV", "")),
         )
+
+
+def _max_resources(text: str) -> dict[str, str]:
+    """``ALPINEAGENTS_RUN_MAX_RESOURCES``: a JSON object of resource names to quantities."""
+    if not text.strip():
+        return {}
+    problem = (
+        "ALPINEAGENTS_RUN_MAX_RESOURCES must be a JSON object of resource names to "
+        f'quantities like {{"memory": "8Gi", "cpu": "4"}}, got {text!r}'
+    )
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        raise ValueError(problem) from None
+    if not isinstance(parsed, dict):
+        raise ValueError(problem)
+    caps = {str(name): str(amount) for name, amount in parsed.items() if amount is not None}
+    for amount in caps.values():
+        try:
+            parse_quantity(amount)
+        except ValueError:
+            raise ValueError(problem) from None
+    return caps
 
 
 def _otel_env(text: str) -> dict[str, str]:

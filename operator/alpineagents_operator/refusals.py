@@ -16,6 +16,9 @@ created, no credentials are minted and no store is contacted for it. The reasons
     creates or is given, such as its MinIO's root key), the store Secret (with per-run
     credentials), or the Secrets the operator writes for runs (``<run>-store-credentials``,
     ``<run>-<attempt>-spec``: another run's credentials and spec).
+``ResourcesNotAllowed``
+    ``spec.resources`` asks more of a resource than the platform's cap (the chart's
+    ``runs.maxResources``, see :mod:`alpineagents_operator.resource_caps`).
 ``StoreNotAllowed``
     ``spec.store`` points where the operator's key must not go (see
     :mod:`alpineagents_operator.store_policy`).
@@ -37,6 +40,7 @@ from alpineagents.pod_contract import state_id_for
 
 from .config import OperatorConfig
 from .pods import store_url
+from .resource_caps import resources_over_cap
 from .store_policy import store_refusal
 from .views import TERMINAL_PHASES, AgentRunView, Refusal
 
@@ -72,6 +76,9 @@ def run_refusal(run: AgentRunView, config: OperatorConfig) -> Refusal | None:
     problem = _protected_secret_problem(run, config)
     if problem is not None:
         return Refusal("SecretNotAllowed", problem)
+    problem = resources_over_cap(run.spec.get("resources"), config.max_run_resources)
+    if problem is not None:
+        return Refusal("ResourcesNotAllowed", problem)
     problem = store_refusal(store_url(run, config), config)
     if problem is not None:
         return Refusal("StoreNotAllowed", problem)

@@ -16,6 +16,7 @@ import pytest
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.decide import refused
 from alpineagents_operator.refusals import env_shape_problem, run_refusal, secret_names
+from alpineagents_operator.resource_caps import parse_quantity
 from alpineagents_operator.store_policy import StoreNotAllowed, guarded_opener, store_refusal
 from alpineagents_operator.views import AgentRunView
 
@@ -312,3 +313,73 @@ def test_a_run_with_a_store_elsewhere_is_refused_and_nothing_is_opened() -> None
         guarded(str(run.spec["store"]))
     guarded(STORE)
     assert opened == [STORE]
+
+
+# ------------------------------------------------------------------------------ resource caps
+CAPPED = replace(CONFIG, max_run_resources={"cpu": "4", "memory": "8Gi"})
+
+
+@pytest.mark.parametrize(
+    ("amount", "value"),
+    [
+        ("1Gi", 1024**3),
+        ("500m", 0.5),
+        ("2", 2),
+        (3, 3),
+        ("8G", 8 * 10**9),
+        ("2e9", 2 * 10**9),
+        ("1.5Ki", 1536),
+        ("1E", 10**18),
+    ],
+)
+def test_quantities_read_as_kubernetes_reads_them(amount: str | int, value: float) -> None:
+    assert parse_quantity(amount) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("amount", ["", "lots", "1 Gi", "1GB", "Gi", True])
+def test_what_is_no_quantity_is_refused(amount: Any) -> None:
+    with pytest.raises(ValueError):
+        parse_quantity(amount)
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        pytest.param({"limits": {"memory": "9Gi"}}, id="a-limit"),
+        pytest.param({"requests": {"cpu": "4500m"}}, id="a-request"),
+        pytest.param({"limits": {"memory": "8589934593"}}, id="one-byte-over"),
+    ],
+)
+def test_a_run_asking_more_than_the_cap_is_refused_with_what_it_asked(
+    resources: dict[str, Any],
+) -> None:
+    refusal = run_refusal(agentrun(resources=resources), CAPPED)
+    assert refusal is not None and refusal.reason == "ResourcesNotAllowed" and refusal.final
+    ((part, amounts),) = resources.items()
+    ((resource, amount),) = amounts.items()
+    cap = CAPPED.max_run_resources[resource]
+    assert refusal.message == (
+        f"spec.resources.{part}.{resource} asks {amount}, more than the {cap} the "
+        "platform allows a run (the chart's runs.maxResources)"
+    )
+
+
+def test_a_run_within_the_cap_or_asking_an_uncapped_resource_goes_on() -> None:
+    within = {"limits": {"memory": "8Gi", "cpu": 4, "ephemeral-storage": "100Gi"}}
+    assert run_refusal(agentrun(resources=within), CAPPED) is None
+    assert run_refusal(agentrun(resources={"limits": {"memory": "64Gi"}}), CONFIG) is None
+
+
+def test_an_amount_that_is_no_quantity_is_refused_before_any_pod() -> None:
+    refusal = run_refusal(agentrun(resources={"limits": {"memory": "lots"}}), CAPPED)
+    assert refusal is not None and refusal.reason == "ResourcesNotAllowed"
+    assert refusal.message == "spec.resources.limits.memory must be a quantity like '1Gi' or '500m'"
+
+
+def test_the_cap_comes_from_the_charts_json_and_a_bad_one_stops_the_operator() -> None:
+    env = {"ALPINEAGENTS_RUN_MAX_RESOURCES": '{"memory": "8Gi", "cpu": 4}'}
+    assert OperatorConfig.from_env(env).max_run_resources == {"memory": "8Gi", "cpu": "4"}
+    assert OperatorConfig.from_env({}).max_run_resources == {}
+    for bad in ('["8Gi"]', '{"memory": "lots"}', "{"):
+        with pytest.raises(ValueError, match="ALPINEAGENTS_RUN_MAX_RESOURCES must be"):
+            OperatorConfig.from_env({"ALPINEAGENTS_RUN_MAX_RESOURCES": bad})

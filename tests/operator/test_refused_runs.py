@@ -18,9 +18,11 @@ import socket
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from alpineagents import Message, State, Store, open_store
 from alpineagents_operator.cluster import Cluster
@@ -33,6 +35,9 @@ from tests.operator.test_reconciler_faults import Kube, status
 
 RELEASE_SECRETS = ("rel-alpineagents-minio", "rel-alpineagents-anthropic")
 STORE_SECRET = "rel-alpineagents-store"
+CHART_MAX_RESOURCES: dict[str, str] = yaml.safe_load(
+    (Path(__file__).parents[2] / "charts" / "alpineagents" / "values.yaml").read_text()
+)["runs"]["maxResources"]
 JSON = dict[str, Any]
 
 
@@ -76,6 +81,7 @@ def reconciler(
         store_secret=STORE_SECRET,
         protected_secrets=(*RELEASE_SECRETS, STORE_SECRET),
         run_credentials_seconds=900,
+        max_run_resources=CHART_MAX_RESOURCES,
     )
 
     def open_with_root(url: str) -> Store:
@@ -324,4 +330,18 @@ async def test_an_odd_env_shape_fails_the_run_once_with_one_event(
     cluster.create_run(name, **odd)  # the CRD keeps these fields' unknown shapes
     failed = await refused_once(cluster, reconciler, name, "InvalidSpec")
     assert failed["message"].startswith("spec.env")
+    assert opened == []
+
+
+async def test_a_run_asking_more_than_the_charts_cap_fails_once_with_one_event(
+    cluster: Kube, reconciler: Reconciler, opened: list[str]
+) -> None:
+    name = run_name()
+    cluster.create_run(name, resources={"limits": {"memory": "64Gi"}})
+    failed = await refused_once(cluster, reconciler, name, "ResourcesNotAllowed")
+    cap = CHART_MAX_RESOURCES["memory"]
+    assert failed["message"] == (
+        f"spec.resources.limits.memory asks 64Gi, more than the {cap} the platform allows "
+        "a run (the chart's runs.maxResources)"
+    )
     assert opened == []
