@@ -2,7 +2,8 @@
 
 The :class:`~alpineagents_operator.reconciler.Reconciler` calls :meth:`before_pod` right
 before it creates a pod (each attempt gets new credentials, so a resumed run never reuses
-its predecessor's) and :meth:`renew_if_due` on each step of a run whose pod is alive.
+its predecessor's, and the predecessor's are revoked where the store can: see
+:mod:`.run_credentials`) and :meth:`renew_if_due` on each step of a run whose pod is alive.
 What it keeps in memory (when each run's credentials are due for renewal) only saves STS
 calls: after an operator restart every running pod simply gets new credentials at once.
 
@@ -17,6 +18,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from alpineagents import Store
 from alpineagents.errors import StoreError
@@ -32,6 +34,7 @@ from .run_credentials import (
     credentials_secret,
     mint_run_credentials,
     renew_at,
+    revoke_attempt_credentials,
 )
 from .store_policy import StoreNotAllowed, store_refusal
 from .views import JSON, TERMINAL_PHASES, AgentRunView, PodView, RunEvent, pod_name_for
@@ -78,8 +81,9 @@ class RunCredentialIssuer:
         self._open_store = open_store
         self._prepared: set[str] = set()
 
-    async def before_pod(self, run: AgentRunView, body: JSON) -> str | None:
-        """Put fresh credentials in the run's Secret for the pod about to start.
+    async def before_pod(self, run: AgentRunView, body: JSON, attempt: int) -> str | None:
+        """Put fresh credentials in the run's Secret for pod ``attempt``, about to start,
+        and revoke those of the pod it replaces.
 
         Returns None when the pod may start, else why it may not yet (the STS refused or
         did not answer, the Secret's name is taken): the caller tries again later.
@@ -93,8 +97,10 @@ class RunCredentialIssuer:
                 event = RunEvent("Warning", "SharedStoreCredentials", SHARED_WARNING)
                 await asyncio.to_thread(self.cluster.post_event, body, event)
             return None
-        problem = await self._issue(run)
+        problem = await self._issue(run, attempt)
         if problem is None:
+            if attempt > 1:
+                await self._revoke(run, attempt - 1)
             return None
         hint = ""
         if isinstance(problem, CredentialsRefused) and problem.status in (400, 404, 501, 503):
@@ -120,7 +126,7 @@ class RunCredentialIssuer:
         due = self._renew_at.get(key)
         if due is not None and due > now:
             return (due - now).total_seconds()
-        problem = await self._issue(run)
+        problem = await self._issue(run, run.status.attempt)
         if problem is not None:
             if key not in self._failing:
                 self._failing.add(key)
@@ -150,7 +156,22 @@ class RunCredentialIssuer:
         self._renew_at.pop(key, None)
         self._failing.discard(key)
 
-    async def _issue(self, run: AgentRunView) -> Exception | None:
+    async def _revoke(self, run: AgentRunView, attempt: int) -> None:
+        """Revoke the credentials of the run's pod ``attempt`` (replaced). A store that
+        refuses leaves them valid until they expire: logged, the new pod starts anyway."""
+        try:
+            access = self._access_for(store_url(run, self.config))
+            await asyncio.to_thread(revoke_attempt_credentials, access, run.state_id, attempt)
+        except (ValueError, CredentialsRefused, CredentialsUnavailable) as error:
+            _log.warning(
+                "%s/%s: could not revoke the store credentials of replaced pod %s: %s",
+                run.namespace,
+                run.name,
+                pod_name_for(run.name, attempt),
+                error,
+            )
+
+    async def _issue(self, run: AgentRunView, attempt: int) -> Exception | None:
         url = store_url(run, self.config)
         try:
             access = self._access_for(url)  # first: it refuses a store out of bounds
@@ -159,7 +180,10 @@ class RunCredentialIssuer:
                 await asyncio.to_thread(saved_state.prepare, self._open_store(url))
                 self._prepared.add(url)
             credentials = await asyncio.to_thread(
-                mint_run_credentials, access, run.state_id, self.lifetime
+                partial(mint_run_credentials, attempt=attempt),
+                access,
+                run.state_id,
+                self.lifetime,
             )
             # A run that had a pod has its credentials Secret already: patch it first.
             await asyncio.to_thread(

@@ -405,7 +405,7 @@ class Reconciler:
             # loss they are most of the time until its replacement exists.
             fenced, blocked, secret_refused = await asyncio.gather(
                 self._fence(run) if decision.claim_state else _nothing(),
-                self.credentials.before_pod(run, body),
+                self.credentials.before_pod(run, body, decision.create_pod),
                 self._write_spec_secret(run, decision.create_pod),
             )
             if decision.claim_state and fenced is None and redecide is not None:

@@ -16,6 +16,13 @@ the pod in a Secret owned by the AgentRun (:func:`credentials_secret`), mounted 
 that the runner reads again when they change; the operator mints new ones for every pod
 it starts and renews them while a pod runs (:func:`renew_at`).
 
+Each pod's credentials carry a revocation tag of its own, the run's State id and the pod's
+attempt (MinIO's ``TokenRevokeType``). When a pod is replaced, the operator revokes the
+credentials of the pod before it (:func:`revoke_attempt_credentials`, MinIO's admin
+``revoke-tokens``): what a replaced pod held, or what a shell in it copied, is refused from
+then on instead of working until it expires. AWS has neither: with a role ARN (which AWS
+needs and MinIO ignores) no tag is sent and nothing is revoked.
+
 This module is plain functions on typed values; the operator's reconciler calls them. The
 STS call is one signed POST (``minio``'s SigV4 signer), so it works with any S3 service
 that has AssumeRole: MinIO, AWS S3 (give a role ARN), SeaweedFS with its IAM/STS set up.
@@ -49,6 +56,8 @@ __all__ = [
     "credentials_secret",
     "mint_run_credentials",
     "renew_at",
+    "revoke_attempt_credentials",
+    "revoke_tag",
     "run_policy",
 ]
 
@@ -168,24 +177,26 @@ def run_policy(bucket: str, prefix: str, state_id: str) -> JSON:
     }
 
 
+def revoke_tag(state_id: str, attempt: int) -> str:
+    """The revocation tag of the credentials of a run's pod ``attempt``."""
+    return f"{state_id}#{attempt}"
+
+
 def mint_run_credentials(
     access: StsAccess,
     state_id: str,
     lifetime: timedelta,
     *,
+    attempt: int | None = None,
     timeout: float = 10.0,
     http: urllib3.PoolManager | None = None,
 ) -> RunCredentials:
-    """Ask the store's STS for credentials limited to :func:`run_policy` for ``lifetime``.
+    """Ask the store's STS for credentials limited to :func:`run_policy` for ``lifetime``,
+    tagged for pod ``attempt`` (see :func:`revoke_attempt_credentials`).
 
     Raises :class:`CredentialsRefused` when the store answers with an error and
     :class:`CredentialsUnavailable` when it does not answer.
     """
-    from minio.credentials.credentials import Credentials
-    from minio.helpers import sha256_hash
-    from minio.signer import sign_v4_sts
-    from minio.time import to_amz_date
-
     if not MIN_LIFETIME <= lifetime <= MAX_LIFETIME:
         raise ValueError(
             f"credentials lifetime {lifetime} is outside what STS grants "
@@ -200,40 +211,39 @@ def mint_run_credentials(
     }
     if access.role_arn:
         form["RoleArn"] = access.role_arn
-    body = urlencode(form)
-    url = urlsplit(access.endpoint_url + "/")
-    now = datetime.now(UTC)
-    headers = sign_v4_sts(
-        method="POST",
-        url=url,
-        region=access.region,
-        headers={
-            "Content-Type": "application/x-www-form-urlencoded",
-            "Host": url.netloc,
-            "X-Amz-Date": to_amz_date(now),
-        },
-        credentials=Credentials(access.access_key, access.secret_key),
-        content_sha256=sha256_hash(body),
-        date=now,
-    )
-    pool = http or urllib3.PoolManager()
-    try:
-        response = pool.request(
-            "POST",
-            url.geturl(),
-            body=body,
-            headers={name: str(value) for name, value in headers.items()},
-            timeout=urllib3.Timeout(connect=timeout, read=timeout),
-            retries=False,
-        )
-    except urllib3.exceptions.HTTPError as error:
-        raise CredentialsUnavailable(
-            f"the store's STS at {access.endpoint_url} did not answer: {type(error).__name__}"
-        ) from None
+    elif attempt is not None:
+        form["TokenRevokeType"] = revoke_tag(state_id, attempt)
+    response = _signed_post(access, "/", urlencode(form), sts=True, timeout=timeout, http=http)
     if response.status != 200:
         code, message = _error_of(response.data)
         raise CredentialsRefused(response.status, code, message)
     return _parse_credentials(response.data)
+
+
+def revoke_attempt_credentials(
+    access: StsAccess,
+    state_id: str,
+    attempt: int,
+    *,
+    timeout: float = 10.0,
+    http: urllib3.PoolManager | None = None,
+) -> bool:
+    """Revoke every credential minted for pod ``attempt`` of the run (its first ones and
+    each renewal) through MinIO's admin API. False when there is nothing to revoke by
+    (a role ARN: AWS, whose credentials cannot be revoked one session at a time).
+
+    Raises :class:`CredentialsRefused` when the store answers with an error and
+    :class:`CredentialsUnavailable` when it does not answer.
+    """
+    if access.role_arn:
+        return False
+    query = urlencode({"user": access.access_key, "tokenRevokeType": revoke_tag(state_id, attempt)})
+    path = f"/minio/admin/v3/revoke-tokens/builtin?{query}"
+    response = _signed_post(access, path, "", sts=False, timeout=timeout, http=http)
+    if response.status not in (200, 204):
+        code, message = _error_of(response.data)
+        raise CredentialsRefused(response.status, code, message)
+    return True
 
 
 def renew_at(expires_at: datetime, lifetime: timedelta) -> datetime:
@@ -265,6 +275,56 @@ def credentials_secret(run: AgentRunView, credentials: RunCredentials) -> JSON:
 
 
 # ------------------------------------------------------------------------------ internals
+def _signed_post(
+    access: StsAccess,
+    path: str,
+    body: str,
+    *,
+    sts: bool,
+    timeout: float,
+    http: urllib3.PoolManager | None,
+) -> urllib3.BaseHTTPResponse:
+    """POST ``body`` to ``path`` of the store, signed with the broad key (SigV4 for STS,
+    or for S3 and MinIO's admin API)."""
+    from minio.credentials.credentials import Credentials
+    from minio.helpers import sha256_hash
+    from minio.signer import sign_v4_s3, sign_v4_sts
+    from minio.time import to_amz_date
+
+    url = urlsplit(access.endpoint_url + path)
+    now = datetime.now(UTC)
+    headers = {"Host": url.netloc, "X-Amz-Date": to_amz_date(now)}
+    if body:
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+    content_sha256 = sha256_hash(body)
+    if not sts:
+        headers["x-amz-content-sha256"] = content_sha256
+    signed = (sign_v4_sts if sts else sign_v4_s3)(
+        method="POST",
+        url=url,
+        region=access.region,
+        headers=headers,
+        credentials=Credentials(access.access_key, access.secret_key),
+        content_sha256=content_sha256,
+        date=now,
+    )
+    pool = http or urllib3.PoolManager()
+    try:
+        return pool.request(
+            "POST",
+            url.geturl(),
+            body=body,
+            headers={name: str(value) for name, value in signed.items()},
+            timeout=urllib3.Timeout(connect=timeout, read=timeout),
+            retries=False,
+        )
+    except urllib3.exceptions.HTTPError as error:
+        raise CredentialsUnavailable(
+            f"the store's {'STS' if sts else 'admin API'} at {access.endpoint_url} did not "
+            f"answer: {type(error).__name__}"
+        ) from None
+
+
 def _session_name(state_id: str) -> str:
     """AWS's RoleSessionName: 2-64 of ``[\\w+=,.@-]``; it shows in the store's audit log."""
     name = _SESSION_NAME.sub("-", state_id)[:64]

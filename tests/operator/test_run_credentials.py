@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,6 +24,7 @@ from minio import Minio
 from minio.error import S3Error
 
 from alpineagents import Message, State
+from alpineagents.errors import StoreError
 from alpineagents.store.s3 import MinioStore
 from alpineagents.store.url import open_store
 from alpineagents_operator.config import OperatorConfig
@@ -35,6 +37,7 @@ from alpineagents_operator.run_credentials import (
     credentials_secret,
     mint_run_credentials,
     renew_at,
+    revoke_attempt_credentials,
     run_policy,
 )
 from alpineagents_operator.views import JSON, AgentRunView, PodView
@@ -90,6 +93,42 @@ def save_a_state(store: MinioStore, state_id: str, text: str) -> State:
     state = State(state_id, messages=[Message.user(text)])
     store.save(state)
     return state
+
+
+# ------------------------------------------------------------------ a replaced pod's
+def test_a_replaced_pods_credentials_are_revoked_and_its_successors_work(
+    minio: S3Server, minio_bucket: str
+) -> None:
+    access = access_for(minio, minio_bucket)
+    replaced = mint_run_credentials(access, RUN, HOUR, attempt=1)
+    renewed = mint_run_credentials(access, RUN, HOUR, attempt=1)  # a renewal, same pod
+    other_run = mint_run_credentials(access, OTHER_RUN, HOUR, attempt=1)
+    save_a_state(store_with(minio, minio_bucket, replaced), RUN, "first pod")
+    successor = mint_run_credentials(access, RUN, HOUR, attempt=2)
+
+    assert revoke_attempt_credentials(access, RUN, 1)
+
+    for held in (replaced, renewed):
+        client = client_with(minio, held)
+        stale = io.BytesIO(b"x")
+        assert (
+            refusal(partial(client.put_object, minio_bucket, f"runs/{RUN}/stale", stale, 1))[0]
+            == 403
+        )
+        assert refusal(partial(client.get_object, minio_bucket, f"runs/{RUN}/x"))[0] == 403
+    store = store_with(minio, minio_bucket, successor)
+    loaded = store.load(RUN)
+    assert loaded is not None and loaded.messages[0].text == "first pod"
+    loaded.messages.append(Message.user("second pod"))
+    store.save(loaded)
+    # Another run's pod is not touched.
+    save_a_state(store_with(minio, minio_bucket, other_run), OTHER_RUN, "unaffected")
+
+
+def test_with_a_role_arn_nothing_is_tagged_or_revoked(minio: S3Server, minio_bucket: str) -> None:
+    access = access_for(minio, minio_bucket)
+    aws_like = StsAccess(**{**access.__dict__, "role_arn": "arn:aws:iam::1:role/runs"})
+    assert revoke_attempt_credentials(aws_like, RUN, 1) is False
 
 
 # ------------------------------------------------------------------ what they allow
@@ -426,7 +465,7 @@ async def test_the_issuer_writes_the_runs_secret_and_renews_it_when_due(
     body = agentrun_body(cluster_namespace, url)
     run = AgentRunView.from_body(body)
 
-    assert await issuer.before_pod(run, body) is None
+    assert await issuer.before_pod(run, body, 1) is None
     first, annotations = secret_of(cluster_namespace)
     assert set(first) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
     assert first["AWS_ACCESS_KEY_ID"] != minio.access_key
@@ -452,9 +491,15 @@ async def test_the_issuer_writes_the_runs_secret_and_renews_it_when_due(
     assert renewed["AWS_ACCESS_KEY_ID"] != first["AWS_ACCESS_KEY_ID"]
     # A run with no live pod gets nothing renewed.
     assert await issuer.renew_if_due(run, []) is None
-    # Each new pod (a resume) gets new credentials too.
-    assert await issuer.before_pod(run, body) is None
-    assert secret_of(cluster_namespace)[0]["AWS_ACCESS_KEY_ID"] != renewed["AWS_ACCESS_KEY_ID"]
+    # Each new pod (a resume) gets new credentials too, and the replaced pod's (its first
+    # and its renewed ones) are revoked.
+    assert await issuer.before_pod(run, body, 2) is None
+    second = secret_of(cluster_namespace)[0]
+    assert second["AWS_ACCESS_KEY_ID"] != renewed["AWS_ACCESS_KEY_ID"]
+    for replaced in (first, renewed):
+        with pytest.raises(StoreError):
+            store_with(minio, minio_bucket, as_credentials(replaced)).load(run.state_id)
+    assert store_with(minio, minio_bucket, as_credentials(second)).load(run.state_id) is not None
 
 
 async def test_the_issuer_never_overwrites_a_secret_that_is_not_the_runs(
@@ -472,7 +517,7 @@ async def test_the_issuer_never_overwrites_a_secret_that_is_not_the_runs(
     env = {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key}
     issuer = RunCredentialIssuer(OperatorConfig(store=url), cluster, env=env)
     body = agentrun_body(cluster_namespace, url)
-    problem = await issuer.before_pod(AgentRunView.from_body(body), body)
+    problem = await issuer.before_pod(AgentRunView.from_body(body), body, 1)
     assert problem is not None and "does not belong to this AgentRun" in problem
     assert secret_of(cluster_namespace)[0] == {"mine": "keep"}
 
@@ -487,7 +532,7 @@ async def test_shared_credentials_bring_one_warning_event(
     issuer = RunCredentialIssuer(OperatorConfig(store=url, run_credentials="shared"), cluster)
     body = agentrun_body(cluster_namespace, url)
     for _ in range(3):  # three pods
-        assert await issuer.before_pod(AgentRunView.from_body(body), body) is None
+        assert await issuer.before_pod(AgentRunView.from_body(body), body, 1) is None
     events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
     assert [(e.type, e.reason) for e in events] == [("Warning", "SharedStoreCredentials")]
     assert "every run pod holds the store's key" in events[0].message
@@ -515,7 +560,7 @@ async def test_the_issuer_creates_the_bucket_the_pods_credentials_cannot(
     body = agentrun_body(cluster_namespace, url)
     run = AgentRunView.from_body(body)
     try:
-        assert await issuer.before_pod(run, body) is None
+        assert await issuer.before_pod(run, body, 1) is None
         pod_keys = as_credentials(secret_of(cluster_namespace)[0])
         with pytest.raises(S3Error, match="AccessDenied"):
             client_with(minio, pod_keys).make_bucket("another-one")  # the pod could not
