@@ -24,7 +24,6 @@ from minio import Minio
 from minio.error import S3Error
 
 from alpineagents import Message, State
-from alpineagents.errors import StoreError
 from alpineagents.store.s3 import MinioStore
 from alpineagents.store.url import open_store
 from alpineagents_operator.config import OperatorConfig
@@ -497,8 +496,9 @@ async def test_the_issuer_writes_the_runs_secret_and_renews_it_when_due(
     second = secret_of(cluster_namespace)[0]
     assert second["AWS_ACCESS_KEY_ID"] != renewed["AWS_ACCESS_KEY_ID"]
     for replaced in (first, renewed):
-        with pytest.raises(StoreError):
-            store_with(minio, minio_bucket, as_credentials(replaced)).load(run.state_id)
+        client = client_with(minio, as_credentials(replaced))
+        answer = refusal(partial(client.get_object, minio_bucket, "runs/any"))
+        assert answer == (403, "InvalidAccessKeyId")
     assert store_with(minio, minio_bucket, as_credentials(second)).load(run.state_id) is not None
 
 
