@@ -293,7 +293,10 @@ def _signed_post(
 
     url = urlsplit(access.endpoint_url + path)
     now = datetime.now(UTC)
-    headers = {"Host": url.netloc, "X-Amz-Date": to_amz_date(now)}
+    headers: dict[str, str | list[str] | tuple[str]] = {
+        "Host": url.netloc,
+        "X-Amz-Date": to_amz_date(now),
+    }
     if body:
         headers["Content-Type"] = "application/x-www-form-urlencoded"
     content_sha256 = sha256_hash(body)
