@@ -735,8 +735,8 @@ def test_the_charts_crd_is_the_top_level_crd_byte_for_byte() -> None:
 def _leaf_keys(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
     for key, value in values.items():
         path = f"{prefix}{key}"
-        # resources blocks are documented as one value
-        if isinstance(value, dict) and value and not key.endswith("resources"):
+        # resources blocks (resources, maxResources) are documented as one value
+        if isinstance(value, dict) and value and not key.lower().endswith("resources"):
             yield from _leaf_keys(value, path + ".")
         else:
             yield path
