@@ -57,6 +57,7 @@ LOSS_REASONS = frozenset(
         "OOMKilled",
         "PodDeleted",
         "PodFailed",
+        "PodTerminating",
         "RetryableError",
         "Terminated",
         # A pod's DisruptionTarget condition reasons (Kubernetes' own, a fixed set).

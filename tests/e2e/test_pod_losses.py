@@ -102,19 +102,20 @@ def test_a_pod_deleted_mid_tool_gets_sigterm_saves_and_the_call_is_not_run_again
     gate.wait_started(name)
     node_env.kubectl("delete", "pod", f"{name}-1", "--wait=false")
     done = assert_resumed_once(node_env, gate, name, "aborted")
-    # The runner, PID 1 of its container, got SIGTERM, saved, closed the call as aborted
-    # and exited 143; the operator read that from the pod's status and termination message.
+    # The runner, PID 1 of its container, got SIGTERM while the operator, seeing the pod
+    # terminating on a store that fences, claimed the State and started the replacement at
+    # once: the old pod's last save is refused, the new pod closes the call as aborted.
     [result] = results(node_env, done["stateId"])
     assert done["abortedCalls"] == [result["call_id"]]
     events = event_reasons(node_env, name)
-    assert "SIGTERM, exit 143" in events["PodLost"] and "Resumed" in events
+    assert "terminating" in events["PodLost"] and "Resumed" in events
     operator = node_env.kubectl(
         "get", "pods", "-l", OPERATOR_PODS, "-o", "jsonpath={.items[0].metadata.name}"
     ).stdout
     # Through the API server's proxy to the operator pod's metrics port.
     path = f"/api/v1/namespaces/{node_env.namespace}/pods/{operator}:9090/proxy/metrics"
     metrics = node_env.kubectl("get", "--raw", path).stdout
-    assert 'alpineagents_pod_restarts_total{reason="Terminated"}' in metrics
+    assert 'alpineagents_pod_restarts_total{reason="PodTerminating"}' in metrics
 
 
 def test_a_pod_evicted_through_the_eviction_api_saves_and_resumes(
