@@ -44,6 +44,12 @@ OPERATOR_VALUES = {"resyncSeconds": 5, "replicas": 1}
 and metrics from its pod, and a standby has neither (failover is
 tests/operator/test_leader_election.py's)."""
 DEADLINE = 120.0
+# What a run's answer starts with when its pod was stopped gracefully in a tool call. The
+# runner saves the call as ``aborted`` on SIGTERM; but the operator does not wait for the
+# old container to end (a fencing store decides who writes), so when its claim for the
+# replacement reaches the store first that save is refused and the new pod closes the call
+# ``unknown``. Either way the call is closed once and not run again.
+CLOSED_ON_STOP = ("shell failed: (aborted", "shell failed: (unknown")
 """Seconds any one awaited condition may take: a safety net, not a measurement."""
 
 

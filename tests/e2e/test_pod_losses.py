@@ -1,7 +1,7 @@
 """Every way a run's pod is lost, done for real on the bench's real node, and what the
 run makes of it: it ends Succeeded, the tool call it was in is closed once (``aborted``
-when the runner had SIGTERM to save on, ``unknown`` when it was killed outright) and
-never run again, and nothing saved is lost.
+or ``unknown`` when the runner had SIGTERM to save on, see ``CLOSED_ON_STOP``;
+``unknown`` when it was killed outright) and never run again, and nothing saved is lost.
 
 The chart is installed as a user installs it (``e2e`` fixture); the operator runs in its
 pod with the chart's ServiceAccount. A run's one tool call goes through the bench's
@@ -19,6 +19,7 @@ import pytest
 
 from tests.bench.tool_gate import ToolGate
 from tests.e2e.environment import (
+    CLOSED_ON_STOP,
     JSON,
     Environment,
     apply_run,
@@ -55,15 +56,21 @@ def results(env: Environment, state_id: str) -> list[JSON]:
     return [e["data"] for e in env.history(state_id) or [] if e["kind"] == "tool_result"]
 
 
-def assert_resumed_once(env: Environment, gate: ToolGate, name: str, closed_as: str) -> JSON:
-    """The run Succeeded in a second pod; its call ran once and was closed, saying
-    ``closed_as`` ("aborted": the runner saved on SIGTERM; "unknown": it was killed)."""
+KILLED = ("shell failed: (unknown",)
+
+
+def assert_resumed_once(
+    env: Environment, gate: ToolGate, name: str, closed_as: tuple[str, ...]
+) -> JSON:
+    """The run Succeeded in a second pod; its call ran once and was closed, the answer
+    starting with one of ``closed_as`` (``CLOSED_ON_STOP`` or ``KILLED``)."""
     done = wait_phase(env, name, "Succeeded")
     assert done["attempt"] == 2 and done["restarts"] == 1, done
     assert gate.starts(name) == 1
-    assert done["answer"].startswith(f"shell failed: ({closed_as}"), done["answer"]
+    assert done["answer"].startswith(closed_as), done["answer"]
     [result] = results(env, done["stateId"])
-    assert result["outcome"] == "aborted" and result["content"].startswith(f"({closed_as}")
+    said = "shell failed: " + result["content"]
+    assert result["outcome"] == "aborted" and said.startswith(closed_as), result
     kinds = [e["kind"] for e in env.history(done["stateId"]) or []]
     assert kinds.count("message") == 1 and kinds.count("model_reply") == 2
     return done
@@ -94,17 +101,17 @@ def test_a_run_applied_with_kubectl_succeeds_with_its_answer_in_status(
     assert {"PodCreated", "Succeeded"} <= set(event_reasons(node_env, name))
 
 
-def test_a_pod_deleted_mid_tool_gets_sigterm_saves_and_the_call_is_not_run_again(
+def test_a_pod_deleted_mid_tool_is_replaced_at_once_and_the_call_is_not_run_again(
     node_env: Environment, gate: ToolGate
 ) -> None:
     name = run_name()
     apply_run(node_env, name, gated(gate, name))
     gate.wait_started(name)
     node_env.kubectl("delete", "pod", f"{name}-1", "--wait=false")
-    done = assert_resumed_once(node_env, gate, name, "aborted")
+    done = assert_resumed_once(node_env, gate, name, CLOSED_ON_STOP)
     # The runner, PID 1 of its container, got SIGTERM while the operator, seeing the pod
     # terminating on a store that fences, claimed the State and started the replacement at
-    # once: the old pod's last save is refused, the new pod closes the call as aborted.
+    # once: a save of the old pod after that claim is refused.
     [result] = results(node_env, done["stateId"])
     assert done["abortedCalls"] == [result["call_id"]]
     events = event_reasons(node_env, name)
@@ -139,7 +146,7 @@ def test_a_pod_evicted_through_the_eviction_api_saves_and_resumes(
         input=json.dumps(eviction),
     )
     # An API eviction is a graceful delete: SIGTERM first, so the runner saves.
-    assert_resumed_once(node_env, gate, name, "aborted")
+    assert_resumed_once(node_env, gate, name, CLOSED_ON_STOP)
 
 
 def test_a_pod_oom_killed_by_its_memory_limit_resumes_and_the_call_is_closed_unknown(
@@ -155,7 +162,7 @@ def test_a_pod_oom_killed_by_its_memory_limit_resumes_and_the_call_is_closed_unk
         gated(gate, name, then=flood),
         resources={"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}},
     )
-    assert_resumed_once(node_env, gate, name, "unknown")
+    assert_resumed_once(node_env, gate, name, KILLED)
     lost = next(p for p in run_pods(node_env, name) if p["metadata"]["name"] == f"{name}-1")
     [container] = lost["status"]["containerStatuses"]
     terminated = container["state"]["terminated"]

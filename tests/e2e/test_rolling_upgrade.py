@@ -31,6 +31,7 @@ from tests.bench.helm import Helm
 from tests.bench.images import UPGRADE_VERSION
 from tests.bench.tool_gate import ToolGate
 from tests.e2e.environment import (
+    CLOSED_ON_STOP,
     JSON,
     OPERATOR_VALUES,
     RELEASE,
@@ -124,7 +125,7 @@ def test_a_helm_upgrade_under_load_loses_no_run_and_reruns_no_call(
             # Runner 0.1.1-upgrade loaded the State runner 0.1.0 saved, closed the call
             # that pod was in as aborted (SIGTERM) and did not run it again.
             assert (done["runnerVersion"], done["runnerImage"]) == (UPGRADE_VERSION, new)
-            assert done["answer"].startswith("shell failed: (aborted"), done["answer"]
+            assert done["answer"].startswith(CLOSED_ON_STOP), done["answer"]
             assert gate.starts(name) == 1
             history = node_env.history(done["stateId"]) or []
             assert history[: len(saved_by_old[name])] == saved_by_old[name]

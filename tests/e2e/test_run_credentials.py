@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from tests.e2e.environment import (
+    CLOSED_ON_STOP,
     JSON,
     SLOW_STEP,
     Environment,
@@ -97,6 +98,6 @@ def test_a_run_pod_holds_credentials_for_its_own_run_only(e2e: Environment) -> N
     e2e.kubectl("delete", "pod", run["pod"], "--wait=false")
     done = status(wait_for_run(e2e, name, in_phase("Succeeded"), "Succeeded after the loss"))
     assert done["attempt"] == 2
-    assert done["answer"].startswith("shell failed: (aborted"), done["answer"]
+    assert done["answer"].startswith(CLOSED_ON_STOP), done["answer"]
     second = secret_data(e2e, f"{name}-store-credentials")
     assert second["AWS_ACCESS_KEY_ID"] != first["AWS_ACCESS_KEY_ID"]
