@@ -140,17 +140,7 @@ class Helm:
         *extra: str,
     ) -> subprocess.CompletedProcess[str]:
         """``helm install`` into an existing namespace (``extra``: more helm flags)."""
-        return self.run(
-            "install",
-            release,
-            str(self.chart),
-            "--namespace",
-            namespace,
-            "--values",
-            str(self.values_file(values)),
-            *extra,
-            kubeconfig=kubeconfig,
-        )
+        return self._release("install", release, namespace, kubeconfig, values, *extra)
 
     def upgrade(
         self,
@@ -161,8 +151,19 @@ class Helm:
         *extra: str,
     ) -> subprocess.CompletedProcess[str]:
         """``helm upgrade`` of an installed release to ``values`` (``extra``: more flags)."""
+        return self._release("upgrade", release, namespace, kubeconfig, values, *extra)
+
+    def _release(
+        self,
+        verb: str,
+        release: str,
+        namespace: str,
+        kubeconfig: Path,
+        values: Mapping[str, Any] | None,
+        *extra: str,
+    ) -> subprocess.CompletedProcess[str]:
         return self.run(
-            "upgrade",
+            verb,
             release,
             str(self.chart),
             "--namespace",
