@@ -49,11 +49,12 @@ def test_a_malformed_agentrun_is_refused_or_fails_with_a_clear_message(e2e: Envi
     failed = wait_phase(e2e, name, "Failed")
     assert failed["reason"] == "NotRetryable" and failed["attempt"] == 1
     assert "cannot import 'tests.agents.no_such_agent'" in failed["message"]
-    # The schema leaves resources opaque; the pod's own validation refuses a bad one.
+    # The schema leaves resources opaque; the operator refuses a bad one before any pod.
     name = run_name()
     apply_run(e2e, name, "hi", resources={"limits": {"memory": "lots"}})
     failed = wait_phase(e2e, name, "Failed")
-    assert failed["reason"] == "PodInvalid" and "quantities must match" in failed["message"]
+    assert failed["reason"] == "ResourcesNotAllowed", failed
+    assert "spec.resources.limits.memory must be a quantity" in failed["message"]
     assert not run_pods(e2e, name)
 
 
