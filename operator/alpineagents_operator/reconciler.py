@@ -118,6 +118,7 @@ class Reconciler:
                 watched,
                 cluster.list_run_pods_page,
                 self._listed_namespaces(),
+                config.watches_namespace,
                 lambda key: self.step_needed_by_key(key, "resume"),
                 self.step_logged,
                 steps_at_once=CALL_THREADS,

@@ -45,15 +45,19 @@ class Resumes:
         watched: Watched,
         list_page: ListPage,
         namespaces: Sequence[str | None],
+        watches: Callable[[str], bool],
         judge: Callable[[RunKey], bool],
         step: Callable[[RunKey], Awaitable[None]],
         steps_at_once: int,
     ) -> None:
-        """``judge`` says whether a run needs a step (from the views); ``step`` takes it
-        (and logs its failure: the resync steps that run again)."""
+        """``namespaces`` are listed (None: the whole cluster), and pods kept from the
+        namespaces ``watches`` takes in (as kopf's watches do); ``judge`` says whether a
+        run needs a step (from the views); ``step`` takes it (and logs its failure: the
+        resync steps that run again)."""
         self._watched = watched
         self._list_page = list_page
         self._namespaces = list(namespaces)
+        self._watches = watches
         self._judge = judge
         self._step = step
         self._slots = asyncio.Semaphore(steps_at_once)
@@ -97,7 +101,9 @@ class Resumes:
             while True:
                 pods, token = await asyncio.to_thread(self._list_page, namespace, PAGE, token)
                 self._watched.pods_listed(
-                    ((_namespace_of(pod), _run_of(pod)), PodView.from_pod(pod)) for pod in pods
+                    ((_namespace_of(pod), _run_of(pod)), PodView.from_pod(pod))
+                    for pod in pods
+                    if self._watches(_namespace_of(pod))
                 )
                 del pods  # one page at a time
                 if not token:
