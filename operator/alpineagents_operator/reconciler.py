@@ -104,6 +104,8 @@ class Reconciler:
         """Events being posted for a run's running reconcile call."""
         self._pod_views: dict[str, PodView] = {}
         """Each pod's view at its last watch event, by uid (see :meth:`pod_changed`)."""
+        self._runless_before: set[RunKey] = set()
+        """Runs with pods but no AgentRun in the views at the last resync round."""
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
         self.credentials = RunCredentialIssuer(config, cluster, clock=clock, open_store=self._store)
@@ -231,9 +233,15 @@ class Reconciler:
                     await self.step_logged(key)
                 elif count % _CHECKS_PER_YIELD == 0:
                     await asyncio.sleep(0)  # let the watches' events in between
-            for key in self.watched.runless_pods():
-                seen.add(key)
-                await self.step_logged(key)  # finds the run, or stops the pods of none
+            # A run whose pods the views hold but not the run itself, at this round and
+            # the one before: stepped (it finds the run, or stops the pods of none). One
+            # round alone may be a run kopf's listing has not shown yet.
+            runless = set(self.watched.runless_pods())
+            for key in sorted(runless & self._runless_before):
+                if self.watched.run(key) is None:
+                    seen.add(key)
+                    await self.step_logged(key)
+            self._runless_before = runless
         else:
             for namespace in self._listed_namespaces():
                 bodies = await asyncio.to_thread(self.cluster.list_runs, namespace)
