@@ -13,8 +13,9 @@ and steps, a few at a time, only the runs a step would change. A run resumed aft
 listing is judged as it comes.
 
 The listing adds only the pods the watch has not shown (as they are, or as gone while the
-listing ran): a watch event is newer than any page. Should the listing fail, each queued
-run is stepped as before.
+listing ran): a view the watch delivered stands, and the watch's next event brings
+whatever changed since, with its own step. Should the listing fail, each queued run is
+stepped as before.
 """
 
 from __future__ import annotations

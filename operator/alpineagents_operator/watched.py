@@ -57,8 +57,8 @@ class Watched:
 
     def pods_listed(self, pods: Iterable[tuple[RunKey, PodView]]) -> None:
         """A page of the operator's own listing of the run pods: each pod is added unless
-        the watch has shown it already (its event is as new as the page or newer) or seen
-        it deleted."""
+        the watch has shown it already (that view stands: the watch's next event brings
+        whatever changed since) or seen it deleted."""
         for key, pod in pods:
             if pod.uid not in self._gone_while_listing:
                 self._pods.setdefault(key, {}).setdefault(pod.name, pod)
