@@ -10,7 +10,8 @@ heavy scale (10,000 runs) is ``benchmarks/operator_runs.py``.
 
 A restarted operator judges each run it resumes from its watches' views and one paged
 listing of the run pods: a run that needs nothing costs it no request (it used to read
-each run and list its pods, twice).
+each run and list its pods, twice). A pod whose run was deleted while no operator ran
+(this plane has no garbage collector) is still stopped once the operator is back.
 """
 
 from __future__ import annotations
@@ -147,3 +148,18 @@ def test_a_restarted_operator_sends_no_request_per_run_for_runs_that_need_nothin
     # now: the operator's own listing of the pods, kopf's, and the lost pod's run's steps.
     reads = [r for r in since_restart if r in ("get agentruns", "list pods")]
     assert len(reads) < len(names), detail
+
+
+def test_a_pod_whose_run_was_deleted_while_no_operator_ran_is_stopped_after_its_start(
+    idle: Idle,
+) -> None:
+    with EventLog(idle.plane.api_client(), idle.namespace, "pods") as pods:
+        idle.operator.start()
+        idle.create_runs(["deleted-0", "kept-0"], pods)
+        idle.operator.stop()
+        idle.plane.kubectl("delete", "agentrun", "deleted-0", "-n", idle.namespace)
+        restarted = time.monotonic()
+        idle.operator.start()
+        pods.wait_for(lambda e: e.type == "DELETED" and e.name == "deleted-0-1", restarted)
+    kept = idle.plane.kubectl("get", "pods", "-n", idle.namespace, "-o", "name").stdout.split()
+    assert kept == ["pod/kept-0-1"], kept
