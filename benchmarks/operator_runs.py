@@ -18,7 +18,7 @@ time (the AgentRun, its status, its pod: a pod object on a plane with no node st
 Pending, which is all a running run's pod is to the operator). For each size, smallest
 first (each adds runs to the ones before), with the operator stopped meanwhile:
 
-1. **Start**: the operator starts with every run there: process start → it stepped
+1. **Start**: the operator starts with every run there: process start → it looked at
    every run once (its ``alpineagents_run_checks`` metric of source ``resume``, scraped
    here), with its requests meanwhile.
 2. **Idle**: ``--idle`` seconds with nothing changing (three resync rounds at the
@@ -270,7 +270,7 @@ def report(results: list[AtSize], idle: float) -> list[str]:
         *table(
             [
                 "runs",
-                "start → every run stepped once",
+                "start → every run looked at once",
                 "requests at start",
                 "RSS started",
                 "RSS after idle (peak)",
@@ -295,9 +295,10 @@ def report(results: list[AtSize], idle: float) -> list[str]:
         "copied from one run the operator made itself, with the operator stopped; then "
         "the operator starts with them all. *Start*: process start → its "
         '`alpineagents_run_checks_total{source="resume"}` reaches the number of runs '
-        "(kopf lists the runs and their pods and resumes each with a reconcile step: a "
-        "GET of the run and a LIST of its pods, as the pods' listing may not have arrived "
-        "yet). *Idle*: "
+        "(kopf lists the runs and their pods, in pages; the operator lists the run pods "
+        "once itself, in pages, then judges each run kopf resumes from what its watches "
+        "and that listing show, and steps only a run whose step would change something; "
+        "*steps* are those). *Idle*: "
         f"{idle:.0f} s with nothing changing, requests per second over it, and the "
         "operator's CPU time as a share of it. *One lost pod*: a run's pod deleted "
         "(one at a time, "

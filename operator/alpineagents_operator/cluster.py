@@ -166,6 +166,28 @@ class Cluster:
         listing = json.loads(_finish(response))
         return list(listing.get("items") or [])
 
+    def list_run_pods_page(
+        self, namespace: str | None, limit: int, token: str = ""
+    ) -> tuple[list[JSON], str]:
+        """One page of every pod carrying a run label, in ``namespace`` (None: every
+        namespace): its pods, and the token for the next page ("" after the last)."""
+        options: dict[str, Any] = {
+            "label_selector": RUN_LABEL,
+            "limit": limit,
+            "_preload_content": False,
+            "_request_timeout": _TIMEOUT,
+        }
+        if token:
+            options["_continue"] = token
+        if namespace is None:
+            response = self._core.list_pod_for_all_namespaces(**options)
+        else:
+            response = self._core.list_namespaced_pod(namespace, **options)
+        listing = json.loads(_finish(response))
+        return list(listing.get("items") or []), str(
+            (listing.get("metadata") or {}).get("continue") or ""
+        )
+
     def create_pod(self, manifest: Mapping[str, Any]) -> bool:
         """Create a pod; False if one with that name exists already (it is adopted)."""
         from kubernetes.client.exceptions import ApiException

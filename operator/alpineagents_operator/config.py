@@ -58,6 +58,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from .resource_caps import parse_quantity
@@ -119,6 +120,18 @@ class OperatorConfig:
     run_otel_env: Mapping[str, str] = field(default_factory=dict)
     """``OTEL_*`` variables every run pod gets (where its traces go); a run's own
     ``spec.env`` may override them."""
+
+    def watches_namespace(self, namespace: str) -> bool:
+        """Whether :attr:`namespaces` takes in ``namespace``, as kopf matches them: each
+        entry on its own, a glob (``!glob``: every namespace but those)."""
+        if not self.namespaces:
+            return True
+        return any(
+            not fnmatchcase(namespace, entry[1:])
+            if entry.startswith("!")
+            else fnmatchcase(namespace, entry)
+            for entry in self.namespaces
+        )
 
     @property
     def per_run_credentials(self) -> bool:

@@ -1,13 +1,15 @@
 """The kopf handlers: each one a few lines that hand an AgentRun to the :class:`Reconciler`.
 
-The operator's running parts (its :class:`Reconciler` and the resync task) live in kopf's
+The operator's running parts (its :class:`Reconciler` and its tasks) live in kopf's
 ``memo``: the startup handler puts them in the operator-wide memo, and kopf hands each
 handler a shallow copy of it, so every handler reaches the same Reconciler.
 
 What triggers a reconcile step of a run:
 
-- ``@kopf.on.resume`` / ``on.create`` / ``on.update`` (spec changes: suspend, approvals)
-  of the AgentRun.
+- ``@kopf.on.create`` / ``on.update`` (spec changes: suspend, approvals) of the AgentRun.
+- ``@kopf.on.resume`` (the operator started): the run is judged from the views once the
+  run pods are all in them, and stepped only if that would change something
+  (:mod:`.resumes`).
 - ``@kopf.on.event`` of any pod labelled ``alpineagents.dev/run`` (the watch is filtered
   by that label on the server): the pod's run is reconciled, unless the pod looks to
   :func:`decide` as it did at its last event. This is how a lost pod is noticed within
@@ -19,10 +21,10 @@ What triggers a reconcile step of a run:
   not need the operator to be running to be deleted.
 
 The event handlers keep what the watches deliver (every AgentRun, every run pod under
-its run: :mod:`.watched`). The resync and the pods of a watch's listing step only the
-runs whose views say a step would change something, so an idle operator makes no
-requests per run: its API traffic is its watches and its Lease, however many runs
-there are.
+its run: :mod:`.watched`). The resync, the resumes and the pods of a watch's listing
+step only the runs whose views say a step would change something, so an idle or a
+restarted operator makes no requests per run: its API traffic is its watches, its
+Lease and one paged listing of the run pods at its start, however many runs there are.
 
 Deletion: ``@kopf.on.delete(optional=True)`` stops the pods gracefully when kopf sees
 the deletion; only an AgentRun with ``spec.onDelete: Delete`` gets a finalizer
@@ -50,6 +52,7 @@ from .cluster import CALL_THREADS, Cluster, api_client_from_environment
 from .config import OperatorConfig
 from .metrics import OperatorMetrics
 from .reconciler import Reconciler
+from .resumes import PAGE
 from .views import GROUP, PLURAL, RUN_LABEL, VERSION
 from .watched import Watched
 
@@ -67,7 +70,8 @@ class _Running:
 
     config: OperatorConfig
     reconciler: Reconciler
-    resync: asyncio.Task[None]
+    tasks: list[asyncio.Task[None]]
+    """The resync loop and the start's judging of resumed runs."""
 
 
 def _running(memo: kopf.Memo) -> _Running | None:
@@ -98,6 +102,13 @@ def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.watching.client_timeout = 300
     settings.watching.connect_timeout = 10
     settings.watching.label_selectors["v1", "pods"] = RUN_LABEL
+    # At the start kopf lists every run and run pod and hands each to a worker task of
+    # its own, which keeps the object's body until it has idled this long: with 10,000
+    # runs, kopf's default 5 s kept about every body (the operator's peak memory), and
+    # its listing came in one response. In pages, each body let go half a second after
+    # its handlers, the start holds a few thousand at most.
+    settings.watching.chunk_size = PAGE
+    settings.queueing.idle_timeout = 0.5
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=_KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -128,8 +139,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         metrics.serve(config.metrics_port)
     cluster = Cluster(await asyncio.to_thread(api_client_from_environment))
     reconciler = Reconciler(config, cluster, metrics, watched=Watched())
-    resync = asyncio.create_task(_resync_forever(reconciler, config.resync_seconds))
-    memo[_MEMO_KEY] = _Running(config, reconciler, resync)
+    tasks = [asyncio.create_task(_resync_forever(reconciler, config.resync_seconds))]
+    if reconciler.resumes is not None:
+        tasks.append(asyncio.create_task(reconciler.resumes.run()))
+    memo[_MEMO_KEY] = _Running(config, reconciler, tasks)
 
 
 @kopf.on.cleanup()
@@ -138,9 +151,10 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     memo.pop(_MEMO_KEY, None)
     if running is None:
         return
-    running.resync.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await running.resync
+    for task in running.tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     running.reconciler.close()
     running.reconciler.cluster.close()
 

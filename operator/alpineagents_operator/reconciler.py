@@ -25,13 +25,14 @@ from alpineagents import Store, open_store
 from alpineagents.store import redact
 
 from . import saved_state
-from .cluster import Cluster, PodRefused, failure_text
+from .cluster import CALL_THREADS, Cluster, PodRefused, failure_text
 from .config import OperatorConfig
 from .credential_issuer import RunCredentialIssuer
 from .decide import Decision, claim_refusal, decide, pod_refusal, refused
 from .metrics import OperatorMetrics
 from .pods import pod_manifest, spec_secret, store_url, uses_run_credentials
 from .refusals import run_refusal
+from .resumes import Resumes
 from .store_policy import guarded_opener, store_refusal
 from .views import JSON, AgentRunView, PodView, Refusal, RunEvent, SavedView, labels_pods
 from .watched import Watched
@@ -103,12 +104,27 @@ class Reconciler:
         """Events being posted for a run's running reconcile call."""
         self._pod_views: dict[str, PodView] = {}
         """Each pod's view at its last watch event, by uid (see :meth:`pod_changed`)."""
+        self._runless_before: set[RunKey] = set()
+        """Runs with pods but no AgentRun in the views at the last resync round."""
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
         self.credentials = RunCredentialIssuer(config, cluster, clock=clock, open_store=self._store)
         """Gives each pod its own short-lived store credentials (see its module)."""
         self.last_step_at = 0.0
         """Monotonic time of the last finished step (the liveness probe reports it)."""
+        self.resumes: Resumes | None = None
+        """The runs kopf resumes at the start, judged from :attr:`watched` (its task is
+        :meth:`Resumes.run`); None without :attr:`watched`: each is stepped."""
+        if watched is not None:
+            self.resumes = Resumes(
+                watched,
+                cluster.list_run_pods_page,
+                self._listed_namespaces(),
+                config.watches_namespace,
+                lambda key: self.step_needed_by_key(key, "resume"),
+                self.step_logged,
+                steps_at_once=CALL_THREADS,
+            )
 
     # ------------------------------------------------------------------ entry points
     async def reconcile(self, namespace: str, name: str) -> None:
@@ -156,7 +172,7 @@ class Reconciler:
             return
         if self.watched is not None:
             self.watched.pod_seen((namespace, run_name), view, gone=gone)
-        if not listed or self._step_needed_watched((namespace, run_name), "listing"):
+        if not listed or self._listed_pod_needs_step((namespace, run_name)):
             await self.reconcile(namespace, run_name)
         if gone:
             self._pod_views.pop(view.uid, None)
@@ -165,6 +181,20 @@ class Reconciler:
                 # Pods whose deletion the watch missed: forgetting all costs one step each.
                 self._pod_views.clear()
             self._pod_views[view.uid] = view  # after the step: a failed one is not skipped
+
+    def _listed_pod_needs_step(self, key: RunKey) -> bool:
+        """Whether a pod of a watch's listing calls for a step of its run ``key``.
+
+        Not while the operator's own listing of the pods runs at its start (the run's
+        views may lack its other pods: its resume judges it after), nor for a run the
+        views do not hold (its resume or creation steps it; a run-less pod is left to
+        the resync)."""
+        if self.watched is None:
+            return True
+        run = self.watched.run(key)
+        if run is None or not self.watched.pods_listed_at_start:
+            return False
+        return self.step_needed(run, self.watched.pods_of(key), "listing")
 
     def requeue(self, namespace: str, name: str, delay: float) -> None:
         """Reconcile the run again after ``delay`` seconds (keeps the soonest request)."""
@@ -192,9 +222,6 @@ class Reconciler:
         With :attr:`watched` the runs and their pods are the watches' views, and only the
         runs :meth:`step_needed` picks are stepped (each step reading afresh); without,
         every run is listed from the API server and stepped."""
-        # Named namespaces are listed one by one (a namespaced Role allows no more);
-        # only when there are none (cluster-wide, or glob patterns only) is the whole
-        # cluster listed.
         seen: set[RunKey] = set()
         if self.watched is not None:
             # From the watches, and a step only where one would change something: no
@@ -203,26 +230,41 @@ class Reconciler:
                 key = (run.namespace, run.name)
                 seen.add(key)
                 if self.step_needed(run, self.watched.pods_of(key), "resync"):
-                    await self._resync_one(key)
+                    await self.step_logged(key)
                 elif count % _CHECKS_PER_YIELD == 0:
                     await asyncio.sleep(0)  # let the watches' events in between
+            # A run whose pods the views hold but not the run itself, at this round and
+            # the one before: stepped (it finds the run, or stops the pods of none). One
+            # round alone may be a run kopf's listing has not shown yet.
+            runless = set(self.watched.runless_pods())
+            for key in sorted(runless & self._runless_before):
+                if self.watched.run(key) is None:
+                    seen.add(key)
+                    await self.step_logged(key)
+            self._runless_before = runless
         else:
-            named: list[str | None] = [
-                n for n in self.config.namespaces if not any(c in n for c in "*?[")
-            ]
-            for namespace in named or [None]:
+            for namespace in self._listed_namespaces():
                 bodies = await asyncio.to_thread(self.cluster.list_runs, namespace)
                 for body in bodies:
                     meta = body.get("metadata") or {}
                     key = (str(meta.get("namespace")), str(meta.get("name")))
                     seen.add(key)
-                    await self._resync_one(key)
+                    await self.step_logged(key)
         for gone in set(self._resync_errors) - seen:
             del self._resync_errors[gone]
 
-    async def _resync_one(self, key: RunKey) -> None:
-        """One run's resync step. Its failure is that run's alone: it is logged (once
-        while it stays the same) and the resync goes on with the next run."""
+    def _listed_namespaces(self) -> list[str | None]:
+        """Named namespaces are listed one by one (a namespaced Role allows no more); only
+        when there are none (cluster-wide, or glob patterns only) is the whole cluster."""
+        named: list[str | None] = [
+            n for n in self.config.namespaces if not any(c in n for c in "*?[")
+        ]
+        return named or [None]
+
+    async def step_logged(self, key: RunKey) -> None:
+        """One run's step for the resync (or the start). Its failure is that run's alone:
+        it is logged (once while it stays the same), the caller goes on with the next
+        run, and the next resync steps this one again."""
         try:
             await self.reconcile(*key)
         except Exception as error:  # any failure: one bad run must not end the net for all
@@ -234,8 +276,12 @@ class Reconciler:
             self._resync_errors.pop(key, None)
 
     async def resumed(self, namespace: str, name: str) -> None:
-        """kopf met the run in its first listing (the operator started): step it. Not
-        judged from the watches' views: the pods' listing may not have arrived yet."""
+        """kopf met the run in its first listing (the operator started): with
+        :attr:`watched`, queue it for :attr:`resumes` (judged from the views once the
+        pods are listed); without, step it."""
+        if self.resumes is not None:
+            self.resumes.add((namespace, name))
+            return
         await self.reconcile(namespace, name)
         self.metrics.checks.labels(source="resume", stepped="true").inc()  # once it is done
 
@@ -279,7 +325,7 @@ class Reconciler:
             self.requeue(*key, decision.requeue_after)
         return False
 
-    def _step_needed_watched(self, key: RunKey, source: str) -> bool:
+    def step_needed_by_key(self, key: RunKey, source: str) -> bool:
         """:meth:`step_needed` of the run as the watch shows it (True: not shown)."""
         run = self.watched.run(key) if self.watched is not None else None
         if run is None or self.watched is None:

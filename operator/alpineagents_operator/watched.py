@@ -12,9 +12,14 @@ only make a run look as if it needed a step, which then reads afresh and finds n
 Not ``@kopf.index``: kopf holds every handler back until each listed object is indexed,
 through one toggle per object that every waiting worker re-checks at each change, which
 took over half an hour to start with 10,000 runs and their pods (kopf 1.45).
+
+When the operator starts, the pods of its own paged listing (:mod:`.resumes`) come in
+too, each only where the watch has shown nothing newer.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from .views import AgentRunView, PodView
 
@@ -27,6 +32,10 @@ class Watched:
     def __init__(self) -> None:
         self._runs: dict[RunKey, AgentRunView] = {}
         self._pods: dict[RunKey, dict[str, PodView]] = {}
+        self.pods_listed_at_start = False
+        """Every pod that existed when the operator started is here (or was seen gone)."""
+        self._gone_while_listing: set[str] = set()
+        """Uids of pods the watch saw deleted while the operator's own listing ran."""
 
     def run_seen(self, run: AgentRunView, *, gone: bool) -> None:
         key = (run.namespace, run.name)
@@ -38,11 +47,26 @@ class Watched:
     def pod_seen(self, key: RunKey, pod: PodView, *, gone: bool) -> None:
         pods = self._pods.setdefault(key, {})
         if gone:
+            if not self.pods_listed_at_start and pod.uid:
+                self._gone_while_listing.add(pod.uid)
             pods.pop(pod.name, None)
             if not pods:
                 del self._pods[key]
         else:
             pods[pod.name] = pod
+
+    def pods_listed(self, pods: Iterable[tuple[RunKey, PodView]]) -> None:
+        """A page of the operator's own listing of the run pods: each pod is added unless
+        the watch has shown it already (that view stands: the watch's next event brings
+        whatever changed since) or seen it deleted."""
+        for key, pod in pods:
+            if pod.uid not in self._gone_while_listing:
+                self._pods.setdefault(key, {}).setdefault(pod.name, pod)
+
+    def listing_done(self) -> None:
+        """The operator's own listing of the run pods is over (or failed)."""
+        self.pods_listed_at_start = True
+        self._gone_while_listing.clear()
 
     def run(self, key: RunKey) -> AgentRunView | None:
         return self._runs.get(key)
@@ -50,6 +74,11 @@ class Watched:
     def all_runs(self) -> list[AgentRunView]:
         """Every AgentRun as last seen, taken at once (the views change between awaits)."""
         return list(self._runs.values())
+
+    def runless_pods(self) -> list[RunKey]:
+        """Runs that have pods in the views but no AgentRun (deleted while nobody watched,
+        on a cluster without a garbage collector, or not shown yet)."""
+        return [key for key in self._pods if key not in self._runs]
 
     def pods_of(self, key: RunKey) -> list[PodView]:
         """The pods labelled with run ``key``'s name, as last seen."""

@@ -7,6 +7,11 @@ requests over a window of several resync rounds are counted; then the same with 
 Today's resync reads each run and lists its pods every round (two requests per run per
 round); from the watches' views it makes none for a run that is as it should be. The
 heavy scale (10,000 runs) is ``benchmarks/operator_runs.py``.
+
+A restarted operator judges each run it resumes from its watches' views and one paged
+listing of the run pods: a run that needs nothing costs it no request (it used to read
+each run and list its pods, twice). A pod whose run was deleted while no operator ran
+(this plane has no garbage collector) is still stopped once the operator is back.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from benchmarks.operator_checks import free_port, resumed, run_checks
 
 from tests.bench.control_plane import ControlPlane
 from tests.bench.operator_process import (
@@ -112,3 +118,48 @@ def test_an_idle_operator_makes_no_more_requests_with_five_times_the_runs(idle: 
     # Per-run polling would be 2 requests per run per round: 120 and 600 here.
     assert len(many) <= 2 * len(few) + 10, detail
     assert len(many) < 50 * rounds / 4, detail
+
+
+def test_a_restarted_operator_sends_no_request_per_run_for_runs_that_need_nothing(
+    idle: Idle,
+) -> None:
+    names = [f"kept-{n}" for n in range(30)]
+    with EventLog(idle.plane.api_client(), idle.namespace, "pods") as pods:
+        idle.operator.start()
+        idle.create_runs(names, pods)
+        idle.operator.stop()
+        before = len(idle.requests())
+        port = free_port()
+        idle.operator.env["ALPINEAGENTS_METRICS_PORT"] = str(port)
+        idle.operator.start()
+        deadline = time.monotonic() + 300
+        while resumed(port) < len(names):
+            assert time.monotonic() < deadline, idle.operator.log_text()[-3000:]
+            time.sleep(0.5)  # its metrics page has no change event
+        # The restarted operator acts where something changed: one run's pod is lost.
+        idle.plane.kubectl("delete", "pod", f"{names[0]}-1", "-n", idle.namespace)
+        pods.wait_for(lambda e: e.type == "ADDED" and e.name == f"{names[0]}-2")
+        time.sleep(1.0)  # the audit log is written as requests finish
+        since_restart = idle.requests()[before:]
+    checks = run_checks(port)
+    detail = f"{since_restart}\n{checks}\n{idle.operator.log_text()[-3000:]}"
+    assert checks.get(("resume", "true"), 0) == 0, detail
+    # Per run it used to be a GET of the run and a LIST of its pods, twice (120 here);
+    # now: the operator's own listing of the pods, kopf's, and the lost pod's run's steps.
+    reads = [r for r in since_restart if r in ("get agentruns", "list pods")]
+    assert len(reads) < len(names), detail
+
+
+def test_a_pod_whose_run_was_deleted_while_no_operator_ran_is_stopped_after_its_start(
+    idle: Idle,
+) -> None:
+    with EventLog(idle.plane.api_client(), idle.namespace, "pods") as pods:
+        idle.operator.start()
+        idle.create_runs(["deleted-0", "kept-0"], pods)
+        idle.operator.stop()
+        idle.plane.kubectl("delete", "agentrun", "deleted-0", "-n", idle.namespace)
+        restarted = time.monotonic()
+        idle.operator.start()
+        pods.wait_for(lambda e: e.type == "DELETED" and e.name == "deleted-0-1", restarted)
+    kept = idle.plane.kubectl("get", "pods", "-n", idle.namespace, "-o", "name").stdout.split()
+    assert kept == ["pod/kept-0-1"], kept

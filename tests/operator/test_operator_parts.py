@@ -318,6 +318,16 @@ def test_config_from_the_environment() -> None:
         }
     )
     assert config.namespaces == ("agents", "team-*")
+    # The namespaces whose run pods the operator's own listing at its start keeps, as
+    # kopf's watches take them in (each entry on its own; "!glob": all but those).
+    assert [config.watches_namespace(n) for n in ("agents", "team-a", "other")] == [
+        True,
+        True,
+        False,
+    ]
+    assert OperatorConfig.from_env({}).watches_namespace("any")
+    but_system = OperatorConfig.from_env({"ALPINEAGENTS_NAMESPACES": "!kube-*"})
+    assert but_system.watches_namespace("agents") and not but_system.watches_namespace("kube-x")
     assert config.pod_command == ("alpineagents", "run")
     assert config.resync_seconds == 5.0 and config.anthropic_base_url == "http://model"
     assert OperatorConfig.from_env({}).pod_command == ("python", "-m", "alpineagents", "run")
