@@ -15,13 +15,14 @@ hands over) and the image new pods get; pods already running keep theirs. So:
   history kept entry for entry.
 
 Each run holds its one tool call in the bench's :class:`~tests.bench.tool_gate.ToolGate`
-until the test lets it go. Suite scale: four runs; the release is upgraded back to the
-first image at the end.
+until the test lets it go. Suite scale: four runs (``benchmarks/rolling_upgrade.py`` runs
+this test with 20); the release is upgraded back to the first image at the end.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 import uuid
 
@@ -44,6 +45,8 @@ from tests.e2e.environment import (
 from tests.paths import REPO
 
 pytestmark = pytest.mark.e2e
+RUNS = int(os.environ.get("ALPINEAGENTS_UPGRADE_RUNS", "4"))
+"""Runs held through the upgrade; half run on through it, half are resumed after it."""
 OLD_VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
@@ -87,12 +90,12 @@ def test_a_helm_upgrade_under_load_loses_no_run_and_reruns_no_call(
     cluster = node_env.real_node
     old, new = cluster.images["alpineagents"].ref, cluster.images["upgrade"].ref
     cluster.load_image(cluster.images["upgrade"])
-    stay = [f"up-stay-{uuid.uuid4().hex[:6]}" for _ in range(2)]
-    moved = [f"up-move-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    stay = [f"up-stay-{uuid.uuid4().hex[:6]}" for _ in range(RUNS // 2)]
+    moved = [f"up-move-{uuid.uuid4().hex[:6]}" for _ in range(RUNS - RUNS // 2)]
     for name in stay + moved:
         apply_run(node_env, name, gated(gate, name))
     for name in stay + moved:
-        gate.wait_started(name)
+        gate.wait_started(name, timeout=600)
     saved_by_old: dict[str, list[JSON]] = {}
     for name in moved:
         state_id = wait_phase(node_env, name, "Running")["stateId"]
