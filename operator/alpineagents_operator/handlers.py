@@ -12,6 +12,8 @@ What triggers a reconcile step of a run:
   by that label on the server): the pod's run is reconciled, unless the pod looks to
   :func:`decide` as it did at its last event. This is how a lost pod is noticed within
   one watch event. No kopf finalizers or annotations are put on pods.
+- ``@kopf.on.event`` of a warm pool's waiting standby pod that ended or goes: the pool
+  starts another (:mod:`.standby_pool`).
 - The DELETED event of an AgentRun, so its pods stop even without a garbage collector.
 - A resync loop every ``ALPINEAGENTS_RESYNC_SECONDS`` over all AgentRuns: the safety
   net for a missed event. It is a plain background task rather than ``@kopf.timer``
@@ -49,8 +51,10 @@ import kopf
 from .cluster import CALL_THREADS, Cluster, api_client_from_environment
 from .config import OperatorConfig
 from .metrics import OperatorMetrics
+from .pods import MANAGED_BY, MANAGED_BY_LABEL
 from .reconciler import Reconciler
-from .views import GROUP, PLURAL, RUN_LABEL, VERSION
+from .standby_pool import StandbyView
+from .views import GROUP, PLURAL, RUN_LABEL, STANDBY_LABEL, VERSION
 from .watched import Watched
 
 _log = logging.getLogger(__name__)
@@ -97,7 +101,10 @@ def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.watching.connect_timeout = 10
-    settings.watching.label_selectors["v1", "pods"] = RUN_LABEL
+    # Run pods only; with a warm pool its waiting standbys too (they have no run yet).
+    settings.watching.label_selectors["v1", "pods"] = (
+        f"{MANAGED_BY_LABEL}={MANAGED_BY}" if config.warm_pool > 0 else RUN_LABEL
+    )
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=_KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -193,6 +200,15 @@ async def pod_changed(
         gone=kind == "DELETED",
         listed=kind is None,  # kopf's type for an object of a watch's (re)listing
     )
+
+
+@kopf.on.event("v1", "pods", labels={STANDBY_LABEL: "true"})
+async def standby_changed(
+    event: kopf.RawEvent, body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    # A waiting standby that ended or goes is replaced (the pool keeps its size).
+    if event.get("type") == "DELETED" or StandbyView.from_pod(dict(body)).gone:
+        _reconciler(memo).pool.keep_soon(_namespaced(namespace))
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
