@@ -124,13 +124,17 @@ class RunCredentialIssuer:
         self, run: AgentRunView, attempt: int, standby: PodView
     ) -> RunCredentials | str | None:
         """The credentials for pod ``attempt`` of ``run`` when a warm pool's ``standby``
-        pod is to run it: minted as :meth:`before_pod` mints them, but put in the
-        standby's own Secret (it mounts no other; renewals go there too) and returned for
-        the assignment. None when runs share the store's key; a text when they could not
-        be minted (the caller starts no pod yet)."""
+        pod is to run it: minted as :meth:`before_pod` mints them and returned for the
+        assignment; their renewals go to the standby's own Secret (it mounts no other).
+        None when runs share the store's key; a text when they could not
+        be minted (the caller starts no pod yet).
+
+        Its Secret keeps the standby's own credentials until the first renewal: the
+        standby reads its assignment with them, and a kubelet that updated the files
+        before that read would lock it out of its folder."""
         if not uses_run_credentials(run, self.config):
             return None
-        issued = await self._mint(run, attempt, standby)
+        issued = await self._mint(run, attempt, standby, to_secret=False)
         if isinstance(issued, Exception):
             return f"could not mint the pod's own store credentials: {issued}"
         if attempt > 1:
@@ -207,10 +211,11 @@ class RunCredentialIssuer:
         return issued if isinstance(issued, Exception) else None
 
     async def _mint(
-        self, run: AgentRunView, attempt: int, standby: PodView | None
+        self, run: AgentRunView, attempt: int, standby: PodView | None, *, to_secret: bool = True
     ) -> RunCredentials | Exception:
         """Mint pod ``attempt``'s credentials into the run's Secret, or into the Secret
-        of the ``standby`` pod that runs it (which that pod mounts)."""
+        of the ``standby`` pod that runs it (which that pod mounts); nowhere when not
+        ``to_secret``."""
         url = store_url(run, self.config)
         try:
             access = self._access_for(url)  # first: it refuses a store out of bounds
@@ -224,7 +229,7 @@ class RunCredentialIssuer:
                 run.state_id,
                 self.lifetime,
             )
-            if standby is not None:
+            if to_secret and standby is not None:
                 pod = {
                     "metadata": {
                         "name": standby.name,
@@ -237,7 +242,7 @@ class RunCredentialIssuer:
                     standby_credentials_secret(pod, credentials),
                     probably_exists=True,
                 )
-            else:
+            elif to_secret:
                 # A run that had a pod has its credentials Secret already: patch it first.
                 await asyncio.to_thread(
                     self.cluster.apply_secret,
