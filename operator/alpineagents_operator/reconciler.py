@@ -306,6 +306,7 @@ class Reconciler:
         self._timers.clear()
         for task in self._tasks:
             task.cancel()
+        self.pool.close()
 
     async def stop_run(self, namespace: str, name: str) -> int:
         """Delete a deleted run's live pods gracefully; returns how many pods still

@@ -188,21 +188,23 @@ class StandbyPool:
             store=store_url(run, self.config),
             credentials=credentials.secret_data() if credentials is not None else None,
         )
-        async with self._lock:
-            boxes = self._boxes_of_store()
-            await asyncio.to_thread(boxes.put, standby.uid, assignment)
-            labels = {**run_labels(run.name), ATTEMPT_LABEL: str(attempt)}
-            handed = await asyncio.to_thread(
-                self.cluster.hand_standby,
-                run.namespace,
-                standby.name,
-                labels,
-                owner_reference(run),
-                {STATE_ANNOTATION: run.state_id},
-            )
-            if not handed:
-                await asyncio.to_thread(boxes.clear, standby.uid)
-            return handed
+        # Not under the pool's lock: a resume does not wait for a standby starting. A
+        # standby removed meanwhile is handed a run anyway only if it is still labelled
+        # waiting, i.e. terminating: the run then loses that pod and resumes again.
+        boxes = self._boxes_of_store()
+        await asyncio.to_thread(boxes.put, standby.uid, assignment)
+        labels = {**run_labels(run.name), ATTEMPT_LABEL: str(attempt)}
+        handed = await asyncio.to_thread(
+            self.cluster.hand_standby,
+            run.namespace,
+            standby.name,
+            labels,
+            owner_reference(run),
+            {STATE_ANNOTATION: run.state_id},
+        )
+        if not handed:
+            await asyncio.to_thread(boxes.clear, standby.uid)
+        return handed
 
     async def keep_namespaces(self, run_namespaces: set[str]) -> None:
         """Keep the pool of each namespace the operator names (of each where runs are,
@@ -213,6 +215,11 @@ class StandbyPool:
                 await self.keep(namespace)
             except Exception as error:  # any failure: tried again at the next resync
                 _log.warning("%s: warm pool not kept: %s", namespace, failure_text(error))
+
+    def close(self) -> None:
+        """Stop what :meth:`keep_soon` started."""
+        for task in self._tasks:
+            task.cancel()
 
     def keep_soon(self, namespace: str) -> None:
         """:meth:`keep` beside the caller (a standby was just handed a run)."""
