@@ -9,6 +9,9 @@ child process, given its Secret's credentials as files as a mounted Secret would
 - A run that lost its pod resumes in a waiting standby: the operator claims the State,
   hands the run over through the store, and the lost pod, still writing, is fenced off
   (one writer). A new standby starts behind it.
+- A standby that runs a stale assignment (the operator stopped between writing it and
+  recording it) is fenced off by the hand-over to another: its next save is refused,
+  and the run's history has the other's answer and nothing more of it.
 - A standby that dies is replaced, and what it had (pod, Secret, store folder,
   credentials) is gone.
 - ``warmPool: 0`` leaves no standby, no store folder and no credentials behind.
@@ -19,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +37,13 @@ import pytest
 from alpineagents import Message, State, StateFencedError, open_store
 from alpineagents.pod_contract import STANDBY_LABEL, Assignment, standby_prefix
 from alpineagents.store.s3.standby_boxes import StandbyBoxes
-from alpineagents.testing import ModelServer, reply
+from alpineagents.testing import ModelServer, reply, tool_use
 from alpineagents_operator.cluster import Cluster
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.decide import decide
 from alpineagents_operator.pods import standby_manifest
 from alpineagents_operator.reconciler import Reconciler
+from alpineagents_operator.run_credentials import StsAccess, mint_run_credentials
 from alpineagents_operator.standby_pool import StandbyPool, StandbyView, pool_misfit, pool_moves
 from alpineagents_operator.views import (
     ATTEMPT_LABEL,
@@ -49,7 +55,13 @@ from alpineagents_operator.views import (
 )
 from tests.bench.control_plane import ControlPlane
 from tests.bench.minio_server import S3Server
-from tests.bench.runner_process import DEADLINE, RunnerProcess, child_env
+from tests.bench.runner_process import (
+    BLOCKING,
+    DEADLINE,
+    RunnerProcess,
+    child_env,
+    wait_for_file,
+)
 
 JSON = dict[str, Any]
 GROUP, VERSION, PLURAL = "alpineagents.dev", "v1", "agentruns"
@@ -446,6 +458,66 @@ async def test_a_lost_run_resumes_in_a_standby_and_the_lost_pod_can_write_no_mor
         await reconciler.reconcile(kube.namespace, name)
         done = kube.status(name)
         assert done["phase"] == "Succeeded" and done["answer"] == "resumed in a standby"
+    finally:
+        reconciler.close()
+
+
+async def test_a_standby_on_a_stale_assignment_is_fenced_off_by_the_next_hand_over(
+    kube: Kube,
+    root: dict[str, str],
+    store_url: str,
+    pool_config: OperatorConfig,
+    model_server: ModelServer,
+    runners: list[RunnerProcess],
+    leftover_commands: list[int],
+    tmp_path: Path,
+    emptied: None,
+) -> None:
+    cluster = Cluster(kube.plane.api_client())
+    pool = StandbyPool(replace(pool_config, warm_pool=2), cluster, env=root)
+    reconciler = Reconciler(
+        pool_config, cluster, open_store=lambda url: open_store(url, env=root), pool=pool
+    )
+    try:
+        await pool.keep(kube.namespace)
+        stale, fresh = kube.standbys()
+        name = f"r-{uuid.uuid4().hex[:6]}"
+        state_id = interrupted_run(kube, store_url, root, name)
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, kube.namespace, PLURAL, name, {"spec": {"tools": ["shell"]}}
+        )
+        # An assignment the operator wrote to `stale` and never recorded (it stopped
+        # before relabelling the pod): `stale` runs the run into a long tool call.
+        access = StsAccess.for_store(store_url, root)
+        minted = mint_run_credentials(access, state_id, timedelta(minutes=15), attempt=2)
+        spec = {"model": "claude-sonnet-5", "prompt": "hi", "tools": ["shell"]}
+        StandbyBoxes.open(store_url, root).put(
+            stale.metadata.uid,
+            Assignment(kube.namespace, name, spec, state_id, 2, store_url, minted.secret_data()),
+        )
+        model_server.add(reply(tool_use("shell", {"command": BLOCKING}, id="toolu_stale")))
+        stale_runner = standby_process(kube, stale, store_url, model_server, tmp_path / "stale")
+        runners.append(stale_runner)
+        leftover_commands.append(int(wait_for_file(tmp_path / "stale" / "work" / "started")))
+        # The operator, back, resumes the run in the other standby (the only one its
+        # kubelet reports running): it claims the State first.
+        fresh_runner = standby_process(kube, fresh, store_url, model_server, tmp_path / "fresh")
+        runners.append(fresh_runner)
+        kube.running(fresh.metadata.name)
+        model_server.add(reply("answered by the standby the status names"))
+
+        await reconciler.reconcile(kube.namespace, name)
+
+        assert kube.status(name)["pod"] == fresh.metadata.name
+        assert fresh_runner.wait() == 0, fresh_runner.stderr
+        # The stale one's tool call ends; its save of the result is refused.
+        os.kill(leftover_commands[-1], signal.SIGKILL)
+        assert stale_runner.wait() != 0
+        assert "fenced" in (stale_runner.stderr + stale_runner.message_path.read_text()).lower()
+        saved = open_store(store_url, env=root).load(state_id)
+        assert saved.answer == "answered by the standby the status names"
+        results = [e for e in saved.history if e.kind == "tool_result"]
+        assert [e.outcome for e in results] == ["aborted"]  # closed by the fresh one; no other
     finally:
         reconciler.close()
 
