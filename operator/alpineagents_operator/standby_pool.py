@@ -254,6 +254,8 @@ class StandbyPool:
             for standby in views:
                 if standby.waiting and not standby.gone and standby.uid not in removed:
                     await self._renew_if_due(namespace, standby)
+                elif not standby.waiting and standby.uid in self._renew_at:
+                    await self._retire_credentials(namespace, standby)
             if self.size == 0:
                 self._emptied.add(namespace)
 
@@ -302,6 +304,25 @@ class StandbyPool:
             return False
         self._renew_at[standby.uid] = renew_at(credentials.expires_at, lifetime)
         return True
+
+    async def _retire_credentials(self, namespace: str, standby: StandbyView) -> None:
+        """Revoke the own credentials of a standby handed a run, once it has taken its
+        assignment (it reads it with them; the run's are in the assignment). Until
+        then, or when the store refuses, a later keep tries again."""
+        try:
+            if await asyncio.to_thread(self._boxes_of_store().holds, standby.uid):
+                return
+            if self.per_run:
+                await asyncio.to_thread(revoke_standby_credentials, self._sts_access(), standby.uid)
+        except Exception as error:  # any failure: the next keep tries again
+            _log.warning(
+                "%s: standby %s: own credentials not revoked yet: %s",
+                namespace,
+                standby.name,
+                failure_text(error),
+            )
+            return
+        self._renew_at.pop(standby.uid, None)
 
     async def _remove(self, namespace: str, standby: StandbyView) -> None:
         """Delete a standby with all it had: its pod, its Secret (the pod owns it, but a

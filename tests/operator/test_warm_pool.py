@@ -422,6 +422,7 @@ async def test_a_lost_run_resumes_in_a_standby_and_the_lost_pod_can_write_no_mor
     try:
         await pool.keep(kube.namespace)
         [pod] = kube.standbys()
+        own = as_env(kube.secret_data(f"{pod.metadata.name}-store-credentials"))
         runner = standby_process(kube, pod, store_url, model_server, tmp_path)
         runners.append(runner)
         kube.running(pod.metadata.name)
@@ -453,6 +454,9 @@ async def test_a_lost_run_resumes_in_a_standby_and_the_lost_pod_can_write_no_mor
         # A new standby waits behind it.
         [new] = await eventually(lambda: kube.standbys() or None)
         assert new.metadata.name != pod.metadata.name
+        # The handed standby's own credentials go once it has taken its assignment.
+        await pool.keep(kube.namespace)
+        assert refused_with(own, store_url, pod.metadata.uid)
 
         kube.exited(pod.metadata.name, 0, runner.message_path.read_text())
         await reconciler.reconcile(kube.namespace, name)

@@ -96,6 +96,16 @@ class StandbyBoxes:
         self.client.remove_object(self.bucket, key)
         return Assignment.parse(data)
 
+    def holds(self, standby_id: str) -> bool:
+        """Whether an assignment waits for ``standby_id`` (not taken yet)."""
+        try:
+            self.client.stat_object(self.bucket, self.key(standby_id))
+        except S3Error as error:
+            if error.code in _ABSENT or error.code == "NoSuchObject":
+                return False
+            raise
+        return True
+
     def clear(self, standby_id: str) -> None:
         """Remove whatever is in ``standby_id``'s folder (its pod is gone or leaves the pool)."""
         folder = self.base + standby_prefix(standby_id)
