@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from alpineagents.pod_contract import STANDBY_LABEL, Assignment, mcp_secret_refs
+from alpineagents.store import redact
 from alpineagents.store.s3.standby_boxes import StandbyBoxes
 
 from .cluster import Cluster, failure_text
@@ -239,7 +240,11 @@ class StandbyPool:
             return
         if not self.config.store.lower().startswith("s3://"):
             if self.size > 0 and namespace not in self._emptied:
-                _log.warning("warm pool off: it needs an s3:// store, not %s", "this one")
+                _log.warning(
+                    "%s: no warm pool: it needs an s3:// store, not %s",
+                    namespace,
+                    redact(self.config.store),
+                )
             self._emptied.add(namespace)
             return
         async with self._lock:
