@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 NAMESPACE = "bench"
 RELEASE = "bench"
 DEADLINE = 600.0  # a safety net on a busy machine, not a measure
+RUN_LABEL = "alpineagents.dev/run"
+ATTEMPT_LABEL = "alpineagents.dev/attempt"
 RUN_RESOURCES = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}}
 """Small requests, so 30 run pods fit on the one 2-CPU node the scheduler sees."""
 
@@ -76,6 +78,10 @@ class PodEvent:
     sandbox: bool = False  # the kubelet made the pod's sandbox (PodReadyToStartContainers)
     running: bool = False  # the kubelet reports the container running
     deleting: bool = False  # deletionTimestamp set (a graceful delete: the pod is stopping)
+    run: str = (
+        ""  # its alpineagents.dev/run label (a warm pool's standby gets it when handed a run)
+    )
+    attempt: str = ""  # its alpineagents.dev/attempt label
 
 
 PHASES = [
@@ -203,6 +209,8 @@ class PodWatch:
                     _finished(obj),
                     *_progress(obj),
                     deleting=bool(obj["metadata"].get("deletionTimestamp")),
+                    run=str((obj["metadata"].get("labels") or {}).get(RUN_LABEL, "")),
+                    attempt=str((obj["metadata"].get("labels") or {}).get(ATTEMPT_LABEL, "")),
                 )
                 with self._changed:
                     self.events.append(record)
@@ -251,9 +259,13 @@ def _progress(pod: dict[str, Any]) -> tuple[bool, bool, bool]:
 
 
 @contextlib.contextmanager
-def real_node(workdir: Path, operator: dict[str, Any] | None = None) -> Iterator[Any]:
+def real_node(
+    workdir: Path,
+    operator: dict[str, Any] | None = None,
+    chart_values: dict[str, Any] | None = None,
+) -> Iterator[Any]:
     """The real node with the chart installed in NAMESPACE: a RealCluster (``operator``:
-    more chart values under ``operator``)."""
+    more chart values under ``operator``; ``chart_values``: more at the top)."""
     from tests.bench.helm import Helm
     from tests.bench.images import ensure_images
     from tests.bench.real_node import start_cluster
@@ -279,6 +291,7 @@ def real_node(workdir: Path, operator: dict[str, Any] | None = None) -> Iterator
         values = {
             **cluster.chart_values(),
             "operator": {"logLevel": "WARNING", **(operator or {})},
+            **(chart_values or {}),
         }
         helm.install(RELEASE, NAMESPACE, cluster.kubeconfig, values, "--wait", "--timeout=5m")
         stack.callback(helm.uninstall, RELEASE, NAMESPACE, cluster.kubeconfig)

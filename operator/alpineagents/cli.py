@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import StoreUnavailableError
 from .liveness import is_running
-from .pod_contract import ExitCode
+from .pod_contract import ENV_STANDBY_ID, ExitCode
 from .redaction import Redactor
 from .runner import LogFormat, ProgressLog, SpecError, open_run_store, run_agent_run
 from .runner.run import error_message
@@ -62,7 +62,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``run [FILE] [--store URL] [--id ID] [--offline]``: run or resume, showing progress."""
+    """``run [FILE] [--store URL] [--id ID] [--offline]``: run or resume, showing progress.
+
+    In a warm pool's standby pod (``ALPINEAGENTS_STANDBY_ID`` set) it first waits for the
+    run the operator hands it (:mod:`alpineagents.runner.standby`)."""
+    if os.environ.get(ENV_STANDBY_ID) and args.file is None:
+        from .runner.standby import take_assignment
+
+        take_assignment()
     # Everything the run prints passes a mask for its secrets (API key, store keys, ...).
     with Redactor.from_environment().guarding_stdio():
         log = ProgressLog(sys.stderr, format=_log_format(args))

@@ -6,6 +6,8 @@ Both sides import it, so each fact is written once:
   :data:`PLURAL`) and the id of the State an AgentRun runs (:func:`state_id_for`);
 - the environment the operator gives the pod (``ENV_*``);
 - how the runner's process ends (:class:`ExitCode`), which tells the operator what to do;
+- the warm pool's hand-off (:class:`Assignment`, written under :func:`standby_prefix`):
+  what a standby pod (:data:`ENV_STANDBY_ID` set) waits for in the store;
 - the termination message: one JSON object of at most :data:`TERMINATION_MESSAGE_LIMIT`
   bytes written to :data:`TERMINATION_MESSAGE_PATH` (:func:`write_termination_message`)
   and read back from the pod's status (:meth:`TerminationMessage.parse`).
@@ -86,6 +88,13 @@ ENV_PREFIX = "ALPINEAGENTS_"
 ENV_MCP_PREFIX = "ALPINEAGENTS_MCP_"
 """Variables carrying ``spec.mcpServers`` values kept in Secrets (:func:`mcp_secret_refs`);
 the runner's own, never passed to the model's shell commands nor to stdio servers."""
+
+ENV_STANDBY_ID = "ALPINEAGENTS_STANDBY_ID"
+"""Set in a standby pod of the warm pool (its own pod uid): the runner waits for an
+:class:`Assignment` under :func:`standby_prefix` before it runs anything."""
+STANDBY_LABEL = f"{GROUP}/standby"
+"""Label of a warm pool's standby pods (``"true"``); the operator removes it when it hands
+the pod a run."""
 
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 """The termination message's file in a pod (Kubernetes' default)."""
@@ -308,6 +317,79 @@ def runner_version(environ: Mapping[str, str] | None = None) -> str:
         return importlib.metadata.version("alpineagents")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+ASSIGNMENT_NAME = "assignment.json"
+"""The object under :func:`standby_prefix` that hands a standby its run."""
+
+
+def standby_prefix(standby_id: str) -> str:
+    """The keys a standby waits on, under the store's prefix: ``.standby/<pod uid>/``.
+
+    The leading dot keeps it apart from every State's folder (a State id's dots are
+    encoded, so no State folder starts with one) and out of ``alpineagents list``.
+    """
+    if not re.fullmatch(r"[0-9a-z-]{1,64}", standby_id):
+        raise ValueError(f"standby id {standby_id!r} is not a pod uid")
+    return f".standby/{standby_id}/"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A run handed to a standby pod: what a run pod gets from its manifest and mounts.
+
+    On the wire: ``{"namespace", "run", "spec", "stateId", "attempt", "store",
+    "credentials": {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} |
+    null}``. ``credentials`` are the run's own short-lived store credentials (None when
+    runs share the store's key, which the standby holds already).
+    """
+
+    namespace: str
+    run: str
+    spec: Mapping[str, Any]
+    state_id: str
+    attempt: int
+    store: str
+    credentials: Mapping[str, str] | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The object's content (see the class docstring)."""
+        return {
+            "namespace": self.namespace,
+            "run": self.run,
+            "spec": dict(self.spec),
+            "stateId": self.state_id,
+            "attempt": self.attempt,
+            "store": self.store,
+            "credentials": dict(self.credentials) if self.credentials is not None else None,
+        }
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> Assignment:
+        """An assignment from its JSON; raises ``ValueError`` for anything else."""
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("an assignment is a JSON object")
+        spec, credentials = raw.get("spec"), raw.get("credentials")
+        attempt = raw.get("attempt")
+        if not isinstance(spec, dict) or not isinstance(attempt, int) or attempt < 1:
+            raise ValueError("an assignment needs spec (an object) and attempt (>= 1)")
+        for key in ("namespace", "run", "stateId", "store"):
+            if not isinstance(raw.get(key), str) or not raw[key]:
+                raise ValueError(f"an assignment needs {key} (a string)")
+        if credentials is not None and not (
+            isinstance(credentials, dict) and all(isinstance(v, str) for v in credentials.values())
+        ):
+            raise ValueError("an assignment's credentials are an object of strings")
+        return cls(
+            namespace=raw["namespace"],
+            run=raw["run"],
+            spec=spec,
+            state_id=raw["stateId"],
+            attempt=attempt,
+            store=raw["store"],
+            credentials=credentials,
+        )
 
 
 _MCP_SECRET_FIELDS: tuple[tuple[str, Literal["header", "env"]], ...] = (

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from alpineagents.pod_contract import STANDBY_LABEL
+
 from .views import GROUP, JSON, KIND, PLURAL, RUN_LABEL, VERSION, RunEvent
 
 _log = logging.getLogger(__name__)
@@ -219,6 +221,83 @@ class Cluster:
             if error.status != 404:
                 raise
 
+    # ------------------------------------------------------------------ the warm pool
+    def list_standbys(self, namespace: str) -> list[JSON]:
+        """The warm pool's pods in ``namespace``, waiting ones and those handed a run."""
+        response = self._core.list_namespaced_pod(
+            namespace,
+            label_selector=STANDBY_LABEL,
+            _preload_content=False,
+            _request_timeout=_TIMEOUT,
+        )
+        listing = json.loads(_finish(response))
+        return list(listing.get("items") or [])
+
+    def create_standby(self, manifest: Mapping[str, Any]) -> JSON:
+        """Create a standby pod; returns it as created (its uid names its store folder)."""
+        response = self._core.create_namespaced_pod(
+            manifest["metadata"]["namespace"],
+            dict(manifest),
+            _preload_content=False,
+            _request_timeout=_TIMEOUT,
+        )
+        created: JSON = json.loads(_finish(response))
+        return created
+
+    def hand_standby(
+        self,
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str],
+        owner: JSON,
+        annotations: Mapping[str, str],
+    ) -> bool:
+        """Turn a waiting standby pod into a run's pod: its labels and its owner. Only if it
+        is still waiting (a JSON-patch ``test`` of its standby label); False if it is not
+        (taken, or gone)."""
+        from kubernetes.client.exceptions import ApiException
+
+        patch: list[JSON] = [
+            {"op": "test", "path": _STANDBY_LABEL_PATH, "value": "true"},
+            {"op": "replace", "path": _STANDBY_LABEL_PATH, "value": "taken"},
+            *(
+                {"op": "add", "path": "/metadata/labels/" + _pointer(key), "value": value}
+                for key, value in labels.items()
+            ),
+            {"op": "add", "path": "/metadata/ownerReferences", "value": [dict(owner)]},
+            {"op": "add", "path": "/metadata/annotations", "value": dict(annotations)},
+        ]
+        try:
+            _finish(
+                self._core.patch_namespaced_pod(
+                    name,
+                    namespace,
+                    patch,
+                    _content_type="application/json-patch+json",
+                    _preload_content=False,
+                    _request_timeout=_TIMEOUT,
+                )
+            )
+        except ApiException as error:
+            if error.status in (404, 422):
+                return False
+            raise
+        return True
+
+    def delete_secret(self, namespace: str, name: str) -> None:
+        """Delete a Secret; gone is fine."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            _finish(
+                self._core.delete_namespaced_secret(
+                    name, namespace, _preload_content=False, _request_timeout=_TIMEOUT
+                )
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
     # ------------------------------------------------------------------ Secrets
     def apply_secret(self, manifest: Mapping[str, Any], *, probably_exists: bool = False) -> None:
         """Create the Secret, or replace the data and annotations of the one there.
@@ -341,3 +420,11 @@ class Cluster:
             _finish(response)
         except Exception as error:  # an Event is a courtesy: never fail a step for it
             _log.warning("could not post Event %s on %s: %s", event.reason, meta.get("name"), error)
+
+
+_STANDBY_LABEL_PATH = "/metadata/labels/" + STANDBY_LABEL.replace("/", "~1")
+
+
+def _pointer(key: str) -> str:
+    """``key`` as one JSON-pointer step (``/`` and ``~`` escaped)."""
+    return key.replace("~", "~0").replace("/", "~1")

@@ -49,6 +49,8 @@ in each namespace where AgentRuns run.
                                        ``ALPINEAGENTS_STORE`` (see store_policy)
 ``ALPINEAGENTS_RUN_OTEL_ENV``          JSON object of ``OTEL_*`` variables for run pods
                                        (their traces: the chart's ``telemetry``)
+``ALPINEAGENTS_WARM_POOL``             standby runner pods kept per namespace (default
+                                       0: none; see standby_pool)
 =====================================  ==============================================
 """
 
@@ -120,6 +122,8 @@ class OperatorConfig:
     run_otel_env: Mapping[str, str] = field(default_factory=dict)
     """``OTEL_*`` variables every run pod gets (where its traces go); a run's own
     ``spec.env`` may override them."""
+    warm_pool: int = 0
+    """Standby runner pods kept waiting in each namespace (:mod:`.standby_pool`)."""
 
     def watches_namespace(self, namespace: str) -> bool:
         """Whether :attr:`namespaces` takes in ``namespace``, as kopf matches them: each
@@ -226,6 +230,7 @@ class OperatorConfig:
             ),
             protected_secrets=_names(text("ALPINEAGENTS_PROTECTED_SECRETS", "")),
             allowed_stores=_names(text("ALPINEAGENTS_ALLOWED_STORES", "")),
+            warm_pool=_count(text("ALPINEAGENTS_WARM_POOL", "0"), "ALPINEAGENTS_WARM_POOL"),
             run_otel_env=_otel_env(text("ALPINEAGENTS_RUN_OTEL_ENV", "")),
         )
 
@@ -292,3 +297,9 @@ def _prices(raw: str) -> str:
             f'"output": 15}} (USD per million tokens), got {raw!r}'
         )
     return raw
+
+
+def _count(value: str, name: str) -> int:
+    if not value.isdigit():
+        raise ValueError(f"{name} must be a whole number of pods (0 or more), not {value!r}")
+    return int(value)

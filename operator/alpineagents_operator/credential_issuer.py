@@ -30,14 +30,24 @@ from .pods import store_url, uses_run_credentials
 from .run_credentials import (
     CredentialsRefused,
     CredentialsUnavailable,
+    RunCredentials,
     StsAccess,
     credentials_secret,
     mint_run_credentials,
     renew_at,
     revoke_attempt_credentials,
+    standby_credentials_secret,
 )
 from .store_policy import StoreNotAllowed, store_refusal
-from .views import JSON, TERMINAL_PHASES, AgentRunView, PodView, RunEvent, pod_name_for
+from .views import (
+    JSON,
+    TERMINAL_PHASES,
+    AgentRunView,
+    PodView,
+    RunEvent,
+    is_standby_pod,
+    pod_name_for,
+)
 
 _log = logging.getLogger(__name__)
 RETRY_SECONDS = 30.0
@@ -110,6 +120,27 @@ class RunCredentialIssuer:
             )
         return f"could not mint the pod's own store credentials: {problem}{hint}"
 
+    async def for_standby(
+        self, run: AgentRunView, attempt: int, standby: PodView
+    ) -> RunCredentials | str | None:
+        """The credentials for pod ``attempt`` of ``run`` when a warm pool's ``standby``
+        pod is to run it: minted as :meth:`before_pod` mints them and returned for the
+        assignment; their renewals go to the standby's own Secret (it mounts no other).
+        None when runs share the store's key; a text when they could not
+        be minted (the caller starts no pod yet).
+
+        Its Secret keeps the standby's own credentials until the first renewal: the
+        standby reads its assignment with them, and a kubelet that updated the files
+        before that read would lock it out of its folder."""
+        if not uses_run_credentials(run, self.config):
+            return None
+        issued = await self._mint(run, attempt, standby, to_secret=False)
+        if isinstance(issued, Exception):
+            return f"could not mint the pod's own store credentials: {issued}"
+        if attempt > 1:
+            await self._revoke(run, attempt - 1)
+        return issued
+
     async def renew_if_due(self, run: AgentRunView, pods: Sequence[PodView]) -> float | None:
         """Renew the credentials of a run whose current pod is alive, when they are due.
 
@@ -126,7 +157,9 @@ class RunCredentialIssuer:
         due = self._renew_at.get(key)
         if due is not None and due > now:
             return (due - now).total_seconds()
-        problem = await self._issue(run, run.status.attempt)
+        current = next((p for p in pods if p.name == run.current_pod), None)
+        standby = current if current is not None and is_standby_pod(current.name) else None
+        problem = await self._issue(run, run.status.attempt, standby)
         if problem is not None:
             if key not in self._failing:
                 self._failing.add(key)
@@ -149,7 +182,7 @@ class RunCredentialIssuer:
         """The run's current pod is alive and holds credentials of its own."""
         if not uses_run_credentials(run, self.config) or run.status.attempt < 1:
             return False
-        current = pod_name_for(run.name, run.status.attempt)
+        current = run.current_pod
         return any(p.name == current and p.alive and not p.deleting for p in pods)
 
     def _forget(self, key: RunKey) -> None:
@@ -171,7 +204,18 @@ class RunCredentialIssuer:
                 error,
             )
 
-    async def _issue(self, run: AgentRunView, attempt: int) -> Exception | None:
+    async def _issue(
+        self, run: AgentRunView, attempt: int, standby: PodView | None = None
+    ) -> Exception | None:
+        issued = await self._mint(run, attempt, standby)
+        return issued if isinstance(issued, Exception) else None
+
+    async def _mint(
+        self, run: AgentRunView, attempt: int, standby: PodView | None, *, to_secret: bool = True
+    ) -> RunCredentials | Exception:
+        """Mint pod ``attempt``'s credentials into the run's Secret, or into the Secret
+        of the ``standby`` pod that runs it (which that pod mounts); nowhere when not
+        ``to_secret``."""
         url = store_url(run, self.config)
         try:
             access = self._access_for(url)  # first: it refuses a store out of bounds
@@ -185,12 +229,26 @@ class RunCredentialIssuer:
                 run.state_id,
                 self.lifetime,
             )
-            # A run that had a pod has its credentials Secret already: patch it first.
-            await asyncio.to_thread(
-                self.cluster.apply_secret,
-                credentials_secret(run, credentials),
-                probably_exists=run.status.attempt >= 1,
-            )
+            if to_secret and standby is not None:
+                pod = {
+                    "metadata": {
+                        "name": standby.name,
+                        "namespace": run.namespace,
+                        "uid": standby.uid,
+                    }
+                }
+                await asyncio.to_thread(
+                    self.cluster.apply_secret,
+                    standby_credentials_secret(pod, credentials),
+                    probably_exists=True,
+                )
+            elif to_secret:
+                # A run that had a pod has its credentials Secret already: patch it first.
+                await asyncio.to_thread(
+                    self.cluster.apply_secret,
+                    credentials_secret(run, credentials),
+                    probably_exists=run.status.attempt >= 1,
+                )
         except (
             ValueError,
             CredentialsRefused,
@@ -201,7 +259,7 @@ class RunCredentialIssuer:
         ) as error:
             return error
         self._renew_at[(run.namespace, run.name)] = renew_at(credentials.expires_at, self.lifetime)
-        return None
+        return credentials
 
     def _access_for(self, url: str) -> StsAccess:
         access = self._access.get(url)

@@ -8,7 +8,8 @@ the same answer after an operator restart, a missed event or a duplicate event, 
 every case is a row in a table-driven unit test.
 
 The decision table (``P`` = ``status.phase``, "current pod" = the pod named
-``<run>-<status.attempt>`` owned by this AgentRun's uid):
+``<run>-<status.attempt>`` owned by this AgentRun's uid, or the warm pool's standby pod
+``status.pod`` names when the run was handed one, labelled with that attempt):
 
 ========================  ===========================  ===========================================
 P                         what is seen                 move
@@ -100,7 +101,9 @@ from .views import (
     Refusal,
     RunEvent,
     SavedView,
+    current_pod_name,
     format_time,
+    is_standby_pod,
     pod_name_for,
 )
 
@@ -285,7 +288,8 @@ class _Step:
     def _active(self) -> Decision:
         run, status = self.run, self.status
         current = self._current()
-        expected = pod_name_for(run.name, status.attempt)
+        expected = current_pod_name(run.name, status)
+        assert expected is not None  # attempt >= 1 here
         if current is None:
             if status.pod == expected:
                 if run.suspend:
@@ -672,7 +676,9 @@ class _Step:
         newest = max(numbered, key=lambda p: p.attempt or 0, default=None)
         if newest is None or newest.attempt is None or newest.attempt <= self.status.attempt:
             return
-        if newest.name != pod_name_for(self.run.name, newest.attempt):
+        if newest.name != pod_name_for(self.run.name, newest.attempt) and not is_standby_pod(
+            newest.name
+        ):
             return
         adopted: JSON = {
             "phase": Phase.PENDING,
@@ -692,17 +698,25 @@ class _Step:
         )
 
     def _current(self) -> PodView | None:
-        if self.status.attempt < 1:
+        name = current_pod_name(self.run.name, self.status)
+        if name is None:
             return None
-        name = pod_name_for(self.run.name, self.status.attempt)
-        return next((p for p in self.own if p.name == name), None)
+        # A standby handed this run carries its attempt as a label, as a run pod does.
+        return next(
+            (
+                p
+                for p in self.own
+                if p.name == name and (p.attempt == self.status.attempt or not is_standby_pod(name))
+            ),
+            None,
+        )
 
     def _live_own(self) -> list[PodView]:
         return [p for p in self.own if p.alive]
 
     def _older_live(self) -> tuple[str, ...]:
         # An older attempt still running would be a second writer: stop it.
-        current = pod_name_for(self.run.name, self.status.attempt) if self.status.attempt else None
+        current = current_pod_name(self.run.name, self.status)
         return tuple(
             p.name
             for p in self.own

@@ -14,6 +14,8 @@ What triggers a reconcile step of a run:
   by that label on the server): the pod's run is reconciled, unless the pod looks to
   :func:`decide` as it did at its last event. This is how a lost pod is noticed within
   one watch event. No kopf finalizers or annotations are put on pods.
+- ``@kopf.on.event`` of a warm pool's waiting standby pod that ended or goes: the pool
+  starts another (:mod:`.standby_pool`).
 - The DELETED event of an AgentRun, so its pods stop even without a garbage collector.
 - A resync loop every ``ALPINEAGENTS_RESYNC_SECONDS`` over all AgentRuns: the safety
   net for a missed event. It is a plain background task rather than ``@kopf.timer``
@@ -51,9 +53,11 @@ import kopf
 from .cluster import CALL_THREADS, Cluster, api_client_from_environment
 from .config import OperatorConfig
 from .metrics import OperatorMetrics
+from .pods import MANAGED_BY, MANAGED_BY_LABEL
 from .reconciler import Reconciler
 from .resumes import PAGE
-from .views import GROUP, PLURAL, RUN_LABEL, VERSION
+from .standby_pool import StandbyView
+from .views import GROUP, PLURAL, RUN_LABEL, STANDBY_LABEL, VERSION
 from .watched import Watched
 
 _log = logging.getLogger(__name__)
@@ -101,7 +105,10 @@ def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.watching.connect_timeout = 10
-    settings.watching.label_selectors["v1", "pods"] = RUN_LABEL
+    # Run pods only; with a warm pool its waiting standbys too (they have no run yet).
+    settings.watching.label_selectors["v1", "pods"] = (
+        f"{MANAGED_BY_LABEL}={MANAGED_BY}" if config.warm_pool > 0 else RUN_LABEL
+    )
     # At the start kopf lists every run and run pod and hands each to a worker task of
     # its own, which keeps the object's body until it has idled this long: with 10,000
     # runs, kopf's default 5 s kept about every body (the operator's peak memory), and
@@ -207,6 +214,15 @@ async def pod_changed(
         gone=kind == "DELETED",
         listed=kind is None,  # kopf's type for an object of a watch's (re)listing
     )
+
+
+@kopf.on.event("v1", "pods", labels={STANDBY_LABEL: "true"})
+async def standby_changed(
+    event: kopf.RawEvent, body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    # A waiting standby that ended or goes is replaced (the pool keeps its size).
+    if event.get("type") == "DELETED" or StandbyView.from_pod(dict(body)).gone:
+        _reconciler(memo).pool.keep_soon(_namespaced(namespace))
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

@@ -50,10 +50,12 @@ from alpineagents.pod_contract import (
     ENV_PRICES,
     ENV_SECRET_NAMES,
     ENV_SPEC_FILE,
+    ENV_STANDBY_ID,
     ENV_STATE_ID,
     ENV_STORE,
     ENV_TERMINATION_MESSAGE_PATH,
     KIND,
+    STANDBY_LABEL,
     TERMINATION_MESSAGE_PATH,
     mcp_secret_refs,
 )
@@ -88,12 +90,17 @@ DEFAULT_DISK_LIMIT = "2Gi"
 """Size limit of each writable emptyDir when the container has no ephemeral-storage limit."""
 
 
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "alpineagents-operator"
+"""Every pod the operator creates carries this value of :data:`MANAGED_BY_LABEL`."""
+
+
 def run_labels(run_name: str) -> dict[str, str]:
     """Labels every pod of a run carries (the operator watches pods by the run label)."""
     return {
         "app.kubernetes.io/name": "alpineagents",
         "app.kubernetes.io/component": "agent-run",
-        "app.kubernetes.io/managed-by": "alpineagents-operator",
+        MANAGED_BY_LABEL: MANAGED_BY,
         RUN_LABEL: run_name,
     }
 
@@ -148,7 +155,7 @@ def uses_run_credentials(run: AgentRunView, config: OperatorConfig) -> bool:
     return config.per_run_credentials and store_url(run, config).lower().startswith("s3://")
 
 
-def run_resources(run: AgentRunView, config: OperatorConfig) -> JSON:
+def run_resources(run: AgentRunView | None, config: OperatorConfig) -> JSON:
     """The agent container's resources: the operator's defaults, with each amount the
     AgentRun's ``spec.resources`` gives put over them. A run may raise or lower a limit,
     never remove one: a runaway tool cannot take the node's memory or disk."""
@@ -156,7 +163,7 @@ def run_resources(run: AgentRunView, config: OperatorConfig) -> JSON:
         part: dict(amounts) if isinstance(amounts, dict) else amounts
         for part, amounts in config.run_resources.items()
     }
-    theirs = run.spec.get("resources")
+    theirs = run.spec.get("resources") if run is not None else None
     for part, amounts in theirs.items() if isinstance(theirs, dict) else ():
         mine = merged.get(part)
         if isinstance(mine, dict) and isinstance(amounts, dict):
@@ -169,14 +176,103 @@ def run_resources(run: AgentRunView, config: OperatorConfig) -> JSON:
 def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSON:
     """The Pod for attempt ``attempt`` of ``run`` (name ``<run>-<attempt>``)."""
     spec = run.spec
-    resources = run_resources(run, config)
     labels = {**run_labels(run.name), ATTEMPT_LABEL: str(attempt)}
+    metadata: JSON = {
+        "name": pod_name_for(run.name, attempt),
+        "namespace": run.namespace,
+        "labels": labels,
+        "annotations": {STATE_ANNOTATION: run.state_id},
+        "ownerReferences": [owner_reference(run)],
+    }
+    pod = _agent_pod(
+        metadata,
+        command=config.pod_command,
+        image=str(spec.get("image") or config.image),
+        env=_env(run, attempt, config),
+        resources=run_resources(run, config),
+        spec_secret=spec_secret_name(run.name, attempt),
+        credentials_secret=(
+            credentials_secret_name(run.name) if uses_run_credentials(run, config) else None
+        ),
+    )
+    container = pod["spec"]["containers"][0]
+    if spec.get("envFrom"):
+        container["envFrom"] = list(spec["envFrom"])
+    service_account = spec.get("serviceAccountName") or config.service_account
+    if service_account:
+        pod["spec"]["serviceAccountName"] = str(service_account)
+    for field in ("nodeSelector", "tolerations", "affinity"):
+        if spec.get(field):
+            pod["spec"][field] = spec[field]
+    return pod
+
+
+def standby_manifest(namespace: str, name: str, config: OperatorConfig) -> JSON:
+    """A warm pool's standby pod: a run pod for no run yet (see
+    :mod:`alpineagents.runner.standby`). It has what every run pod of the pool's kind has
+    (the operator's image, resources, model and store settings); what a run adds (its
+    spec, State id, attempt and credentials) comes later in its assignment. Its store
+    credentials, in ``<name>-store-credentials``, reach only its own standby folder
+    until the operator puts the run's in their place."""
+    per_run = config.per_run_credentials and config.store.lower().startswith("s3://")
+    env: list[JSON] = [
+        {"name": ENV_STANDBY_ID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": ENV_STORE, "value": config.store},
+        {"name": ENV_TERMINATION_MESSAGE_PATH, "value": TERMINATION_MESSAGE_PATH},
+        *_common_env(config, per_run),
+    ]
+    secret_names = [
+        str(item["name"]) for item in env if "secretKeyRef" in (item.get("valueFrom") or {})
+    ]
+    if secret_names:
+        env.append({"name": ENV_SECRET_NAMES, "value": ",".join(secret_names)})
+    metadata: JSON = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {
+            "app.kubernetes.io/name": "alpineagents",
+            # As a run pod's: the same NetworkPolicy holds it (nothing may connect to it).
+            "app.kubernetes.io/component": "agent-run",
+            MANAGED_BY_LABEL: MANAGED_BY,
+            STANDBY_LABEL: "true",
+        },
+    }
+    pod = _agent_pod(
+        metadata,
+        command=config.pod_command,
+        image=config.image,
+        env=env,
+        resources=run_resources(None, config),
+        spec_secret=None,
+        credentials_secret=standby_credentials_secret_name(name) if per_run else None,
+    )
+    if config.service_account:
+        pod["spec"]["serviceAccountName"] = config.service_account
+    return pod
+
+
+def standby_credentials_secret_name(pod_name: str) -> str:
+    """The Secret a standby pod mounts its store credentials from."""
+    return f"{pod_name}-store-credentials"
+
+
+def _agent_pod(
+    metadata: JSON,
+    *,
+    command: tuple[str, ...],
+    image: str,
+    env: list[JSON],
+    resources: JSON,
+    spec_secret: str | None,
+    credentials_secret: str | None,
+) -> JSON:
+    """The locked-down pod every runner gets (a run's or a standby's)."""
     container: JSON = {
         "name": CONTAINER_NAME,
-        "image": str(spec.get("image") or config.image),
-        "command": list(config.pod_command),
+        "image": image,
+        "command": list(command),
         "workingDir": WORK_DIR,
-        "env": _env(run, attempt, config),
+        "env": env,
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         # A crash before the runner wrote its report still leaves a reason behind.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -192,22 +288,24 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "work", "mountPath": WORK_DIR},
-            {"name": _SPEC_VOLUME, "mountPath": SPEC_DIR, "readOnly": True},
         ],
     }
     volumes: list[JSON] = [
         # Bounded like the container's disk: a tool filling them is evicted, not the node.
         {"name": "tmp", "emptyDir": {"sizeLimit": _disk_limit(resources)}},
         {"name": "work", "emptyDir": {"sizeLimit": _disk_limit(resources)}},
-        {
-            "name": _SPEC_VOLUME,
-            "secret": {
-                "secretName": spec_secret_name(run.name, attempt),
-                "defaultMode": _SPEC_FILE_MODE,
-            },
-        },
     ]
-    if uses_run_credentials(run, config):
+    if spec_secret is not None:
+        container["volumeMounts"].append(
+            {"name": _SPEC_VOLUME, "mountPath": SPEC_DIR, "readOnly": True}
+        )
+        volumes.append(
+            {
+                "name": _SPEC_VOLUME,
+                "secret": {"secretName": spec_secret, "defaultMode": _SPEC_FILE_MODE},
+            }
+        )
+    if credentials_secret is not None:
         container["volumeMounts"].append(
             {"name": _CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_MOUNT, "readOnly": True}
         )
@@ -216,44 +314,29 @@ def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSO
                 "name": _CREDENTIALS_VOLUME,
                 # Readable by the run's group only (fsGroup); updated in place by the
                 # kubelet when the operator renews the credentials.
-                "secret": {"secretName": credentials_secret_name(run.name), "defaultMode": 0o440},
+                "secret": {"secretName": credentials_secret, "defaultMode": 0o440},
             }
         )
-    if spec.get("envFrom"):
-        container["envFrom"] = list(spec["envFrom"])
     container["resources"] = resources
-    pod_spec: JSON = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": GRACE_SECONDS,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "fsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [container],
-        "volumes": volumes,
-    }
-    service_account = spec.get("serviceAccountName") or config.service_account
-    if service_account:
-        pod_spec["serviceAccountName"] = str(service_account)
-    for field in ("nodeSelector", "tolerations", "affinity"):
-        if spec.get(field):
-            pod_spec[field] = spec[field]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": pod_name_for(run.name, attempt),
-            "namespace": run.namespace,
-            "labels": labels,
-            "annotations": {STATE_ANNOTATION: run.state_id},
-            "ownerReferences": [owner_reference(run)],
+        "metadata": metadata,
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": GRACE_SECONDS,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": RUN_AS_USER,
+                "runAsGroup": RUN_AS_USER,
+                "fsGroup": RUN_AS_USER,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [container],
+            "volumes": volumes,
         },
-        "spec": pod_spec,
     }
 
 
@@ -267,15 +350,10 @@ def _secret_env(name: str, secret: str, key: str) -> JSON:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
-def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
-    ours: list[JSON] = [
-        {"name": ENV_SPEC_FILE, "value": f"{SPEC_DIR}/{SPEC_KEY}"},
-        {"name": ENV_STORE, "value": store_url(run, config)},
-        {"name": ENV_STATE_ID, "value": run.state_id},
-        {"name": ENV_ATTEMPT, "value": str(attempt)},
-        {"name": ENV_TERMINATION_MESSAGE_PATH, "value": TERMINATION_MESSAGE_PATH},
-    ]
-    ours.extend(_secret_env(ref.variable, ref.secret, ref.key) for ref in mcp_secret_refs(run.spec))
+def _common_env(config: OperatorConfig, per_run_credentials: bool) -> list[JSON]:
+    """The variables every runner of this operator gets (model, prices, traces, keys,
+    store credentials), run pod or standby."""
+    ours: list[JSON] = []
     if config.anthropic_secret:
         ours.append(
             _secret_env("ANTHROPIC_API_KEY", config.anthropic_secret, config.anthropic_secret_key)
@@ -289,7 +367,7 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         ours.append(
             _secret_env(ENV_ENCRYPTION_KEYS, config.encryption_secret, config.encryption_secret_key)
         )
-    if uses_run_credentials(run, config):
+    if per_run_credentials:
         ours += [
             {"name": f"{key}_FILE", "value": f"{CREDENTIALS_MOUNT}/{key}"}
             for key in CREDENTIALS_KEYS
@@ -299,6 +377,19 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         ours.append(
             _secret_env("AWS_SECRET_ACCESS_KEY", config.store_secret, config.store_secret_key)
         )
+    return ours
+
+
+def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
+    ours: list[JSON] = [
+        {"name": ENV_SPEC_FILE, "value": f"{SPEC_DIR}/{SPEC_KEY}"},
+        {"name": ENV_STORE, "value": store_url(run, config)},
+        {"name": ENV_STATE_ID, "value": run.state_id},
+        {"name": ENV_ATTEMPT, "value": str(attempt)},
+        {"name": ENV_TERMINATION_MESSAGE_PATH, "value": TERMINATION_MESSAGE_PATH},
+    ]
+    ours.extend(_secret_env(ref.variable, ref.secret, ref.key) for ref in mcp_secret_refs(run.spec))
+    ours += _common_env(config, uses_run_credentials(run, config))
     # The runner's contract variables are the operator's; the rest the AgentRun may override.
     fixed = {item["name"] for item in ours if str(item["name"]).startswith(ENV_PREFIX)}
     fixed |= {ENV_TERMINATION_MESSAGE_PATH, ENV_SECRET_NAMES}

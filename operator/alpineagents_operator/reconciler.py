@@ -29,12 +29,22 @@ from .cluster import CALL_THREADS, Cluster, PodRefused, failure_text
 from .config import OperatorConfig
 from .credential_issuer import RunCredentialIssuer
 from .decide import Decision, claim_refusal, decide, pod_refusal, refused
+from .handover import NotHanded, Redo, hand_over, pick_standby
 from .metrics import OperatorMetrics
 from .pods import pod_manifest, spec_secret, store_url, uses_run_credentials
 from .refusals import run_refusal
 from .resumes import Resumes
+from .standby_pool import StandbyPool
 from .store_policy import guarded_opener, store_refusal
-from .views import JSON, AgentRunView, PodView, Refusal, RunEvent, SavedView, labels_pods
+from .views import (
+    JSON,
+    AgentRunView,
+    PodView,
+    Refusal,
+    RunEvent,
+    SavedView,
+    labels_pods,
+)
 from .watched import Watched
 
 _log = logging.getLogger(__name__)
@@ -79,6 +89,7 @@ class Reconciler:
         clock: Callable[[], datetime] = _utc_now,
         open_store: Callable[[str], Store] = open_store,
         watched: Watched | None = None,
+        pool: StandbyPool | None = None,
     ) -> None:
         self.config = config
         self.watched = watched
@@ -110,6 +121,8 @@ class Reconciler:
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
         self.credentials = RunCredentialIssuer(config, cluster, clock=clock, open_store=self._store)
         """Gives each pod its own short-lived store credentials (see its module)."""
+        self.pool = pool or StandbyPool(config, cluster)
+        """The warm pool's standbys (none unless ``config.warm_pool``)."""
         self.last_step_at = 0.0
         """Monotonic time of the last finished step (the liveness probe reports it)."""
         self.resumes: Resumes | None = None
@@ -252,6 +265,7 @@ class Reconciler:
                     await self.step_logged(key)
         for gone in set(self._resync_errors) - seen:
             del self._resync_errors[gone]
+        await self.pool.keep_namespaces({namespace for namespace, _ in seen})
 
     def _listed_namespaces(self) -> list[str | None]:
         """Named namespaces are listed one by one (a namespaced Role allows no more); only
@@ -338,6 +352,7 @@ class Reconciler:
         self._timers.clear()
         for task in self._tasks:
             task.cancel()
+        self.pool.close()
 
     async def stop_run(self, namespace: str, name: str) -> int:
         """Delete a deleted run's live pods gracefully; returns how many pods still
@@ -432,6 +447,8 @@ class Reconciler:
         body: JSON,
         decision: Decision,
         redecide: Callable[[SavedView], Decision] | None = None,
+        *,
+        pool: bool = True,
     ) -> tuple[Decision, JSON | None]:
         """Carry out a decision; returns the one carried out (another one if the API
         server refused the pod it asked for, or if the State changed before its claim),
@@ -445,39 +462,38 @@ class Reconciler:
         for pod_name in decision.delete_pods:
             await asyncio.to_thread(self.cluster.delete_pod, run.namespace, pod_name)
         if decision.create_pod is not None:
-            if uses_run_credentials(run, self.config):
-                await self._make_bucket_exist(run)
-            # Independent calls to the store and the API server, at once: after a pod's
-            # loss they are most of the time until its replacement exists.
-            fenced, blocked, secret_refused = await asyncio.gather(
-                self._fence(run) if decision.claim_state else _nothing(),
-                self.credentials.before_pod(run, body, decision.create_pod),
-                self._write_spec_secret(run, decision.create_pod),
-            )
-            if decision.claim_state and fenced is None and redecide is not None:
-                again = await self._decide_after_claim(run, redecide)
-                if again is not None and again.create_pod != decision.create_pod:
-                    # The lost pod saved its answer (or a stop) before it was fenced.
-                    return await self._apply(run, body, replace(again, claim_state=False))
-                decision = again or decision
-            assert decision.create_pod is not None
-            manifest = pod_manifest(run, decision.create_pod, self.config)
-            not_started = await self._not_started(
-                run, decision, manifest, fenced, blocked, secret_refused
-            )
-            if isinstance(not_started, Refusal):
-                _log.warning("%s/%s: %s", *key, not_started.message)
-                step = refused(run, decision.create_pod, not_started, self._clock())
-                return await self._apply(run, body, step)
-            created = not_started
-            if not created:
-                _log.info(
-                    "%s/%s: pod %s exists already: adopting it", *key, manifest["metadata"]["name"]
+            standby = await pick_standby(self.pool, run, decision, self.config) if pool else None
+            if standby is not None:
+                handed = await hand_over(
+                    run,
+                    decision,
+                    standby,
+                    pool=self.pool,
+                    credentials=self.credentials,
+                    fence=lambda: self._fence(run),
+                    after_claim=(
+                        (lambda: self._decide_after_claim(run, redecide)) if redecide else None
+                    ),
+                    claim_failures=self._claim_failures,
                 )
-            due = self._due_at.pop(key, None)
-            if due is not None and decision.create_pod > 1:
-                self.metrics.resume_latency.observe(max(0.0, time.monotonic() - due))
-            self.metrics.record_replaced(key)
+                if isinstance(handed, Redo):
+                    return await self._apply(run, body, replace(handed.decision, claim_state=False))
+                if isinstance(handed, NotHanded):
+                    if handed.refusal is None:  # taken or gone since: a pod of its own
+                        return await self._apply(
+                            run, body, replace(decision, claim_state=False), pool=False
+                        )
+                    _log.warning("%s/%s: %s", *key, handed.refusal.message)
+                    step = refused(run, decision.create_pod, handed.refusal, self._clock())
+                    return await self._apply(run, body, step)
+                decision = handed.decision
+                self.pool.keep_soon(run.namespace)  # a new standby behind it
+                self._replaced(key)
+            else:
+                applied = await self._create_pod(run, body, decision, redecide)
+                if isinstance(applied, tuple):
+                    return applied
+                decision = applied
         answered = None
         if decision.status:
             answered = await asyncio.to_thread(
@@ -496,6 +512,61 @@ class Reconciler:
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
         return decision, answered
+
+    async def _create_pod(
+        self,
+        run: AgentRunView,
+        body: JSON,
+        decision: Decision,
+        redecide: Callable[[SavedView], Decision] | None,
+    ) -> Decision | tuple[Decision, JSON | None]:
+        """Create the decision's pod (its claim, credentials and spec Secret first);
+        returns the decision carried out, or what :meth:`_apply` returned for another."""
+        key = (run.namespace, run.name)
+        assert decision.create_pod is not None
+        if uses_run_credentials(run, self.config):
+            await self._make_bucket_exist(run)
+        # Independent calls to the store and the API server, at once: after a pod's
+        # loss they are most of the time until its replacement exists.
+        fenced, blocked, secret_refused = await asyncio.gather(
+            self._fence(run) if decision.claim_state else _nothing(),
+            self.credentials.before_pod(run, body, decision.create_pod),
+            self._write_spec_secret(run, decision.create_pod),
+        )
+        if decision.claim_state and fenced is None and redecide is not None:
+            again = await self._decide_after_claim(run, redecide)
+            if again is not None and again.create_pod != decision.create_pod:
+                # The lost pod saved its answer (or a stop) before it was fenced.
+                return await self._apply(run, body, replace(again, claim_state=False))
+            decision = again or decision
+        assert decision.create_pod is not None
+        manifest = pod_manifest(run, decision.create_pod, self.config)
+        not_started = await self._not_started(
+            run, decision, manifest, fenced, blocked, secret_refused
+        )
+        if isinstance(not_started, Refusal):
+            _log.warning("%s/%s: %s", *key, not_started.message)
+            step = refused(run, decision.create_pod, not_started, self._clock())
+            return await self._apply(run, body, step)
+        created = not_started
+        if not created:
+            _log.info(
+                "%s/%s: pod %s exists already: adopting it",
+                *key,
+                manifest["metadata"]["name"],
+            )
+        due = self._due_at.pop(key, None)
+        if due is not None and decision.create_pod > 1:
+            self.metrics.resume_latency.observe(max(0.0, time.monotonic() - due))
+        self.metrics.record_replaced(key)
+        return decision
+
+    def _replaced(self, key: RunKey) -> None:
+        """A run's replacement pod exists (the resume-latency clock stops)."""
+        due = self._due_at.pop(key, None)
+        if due is not None:
+            self.metrics.resume_latency.observe(max(0.0, time.monotonic() - due))
+        self.metrics.record_replaced(key)
 
     async def _decide_after_claim(
         self, run: AgentRunView, redecide: Callable[[SavedView], Decision]

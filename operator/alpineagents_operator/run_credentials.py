@@ -41,11 +41,17 @@ from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
+from alpineagents.pod_contract import STANDBY_LABEL, standby_prefix
 from alpineagents.store.base import encode_id
 from alpineagents.store.url import s3_credentials, s3_location
 
 from .config import MAX_CREDENTIALS_SECONDS, MIN_CREDENTIALS_SECONDS
-from .pods import CREDENTIALS_KEYS, owner_reference, run_labels
+from .pods import (
+    CREDENTIALS_KEYS,
+    owner_reference,
+    run_labels,
+    standby_credentials_secret_name,
+)
 from .views import GROUP, JSON, AgentRunView, credentials_secret_name
 
 __all__ = [
@@ -55,10 +61,15 @@ __all__ = [
     "StsAccess",
     "credentials_secret",
     "mint_run_credentials",
+    "mint_standby_credentials",
     "renew_at",
     "revoke_attempt_credentials",
+    "revoke_standby_credentials",
     "revoke_tag",
     "run_policy",
+    "standby_credentials_secret",
+    "standby_policy",
+    "standby_revoke_tag",
 ]
 
 EXPIRES_ANNOTATION = f"{GROUP}/expires-at"
@@ -197,6 +208,76 @@ def mint_run_credentials(
     Raises :class:`CredentialsRefused` when the store answers with an error and
     :class:`CredentialsUnavailable` when it does not answer.
     """
+    return _assume_role(
+        access,
+        run_policy(access.bucket, access.prefix, state_id),
+        _session_name(state_id),
+        revoke_tag(state_id, attempt) if attempt is not None else None,
+        lifetime,
+        timeout=timeout,
+        http=http,
+    )
+
+
+def standby_policy(bucket: str, prefix: str, standby_id: str) -> JSON:
+    """The session policy of a warm pool standby's credentials: its own folder only,
+    where it finds its assignment (get, delete; list, so a missing one is a 404)."""
+    folder = prefix + standby_prefix(standby_id)
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ThisStandbysAssignment",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:DeleteObject"],
+                "Resource": [f"arn:aws:s3:::{bucket}/{folder}*"],
+            },
+            {
+                "Sid": "ListOnlyThere",
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket"],
+                "Resource": [f"arn:aws:s3:::{bucket}"],
+                "Condition": {"StringLike": {"s3:prefix": [f"{folder}*"]}},
+            },
+        ],
+    }
+
+
+def standby_revoke_tag(standby_id: str) -> str:
+    """The revocation tag of a standby's own credentials."""
+    return f"standby#{standby_id}"
+
+
+def mint_standby_credentials(
+    access: StsAccess, standby_id: str, lifetime: timedelta, *, timeout: float = 10.0
+) -> RunCredentials:
+    """Credentials limited to :func:`standby_policy` (see :func:`mint_run_credentials`)."""
+    return _assume_role(
+        access,
+        standby_policy(access.bucket, access.prefix, standby_id),
+        _session_name(f"standby-{standby_id}"),
+        standby_revoke_tag(standby_id),
+        lifetime,
+        timeout=timeout,
+        http=None,
+    )
+
+
+def revoke_standby_credentials(access: StsAccess, standby_id: str) -> bool:
+    """Revoke a standby's own credentials (see :func:`revoke_attempt_credentials`)."""
+    return _revoke(access, standby_revoke_tag(standby_id), timeout=10.0, http=None)
+
+
+def _assume_role(
+    access: StsAccess,
+    policy: JSON,
+    session_name: str,
+    tag: str | None,
+    lifetime: timedelta,
+    *,
+    timeout: float,
+    http: urllib3.PoolManager | None,
+) -> RunCredentials:
     if not MIN_LIFETIME <= lifetime <= MAX_LIFETIME:
         raise ValueError(
             f"credentials lifetime {lifetime} is outside what STS grants "
@@ -206,13 +287,13 @@ def mint_run_credentials(
         "Action": "AssumeRole",
         "Version": "2011-06-15",
         "DurationSeconds": str(int(lifetime.total_seconds())),
-        "RoleSessionName": _session_name(state_id),
-        "Policy": json.dumps(run_policy(access.bucket, access.prefix, state_id)),
+        "RoleSessionName": session_name,
+        "Policy": json.dumps(policy),
     }
     if access.role_arn:
         form["RoleArn"] = access.role_arn
-    elif attempt is not None:
-        form["TokenRevokeType"] = revoke_tag(state_id, attempt)
+    elif tag is not None:
+        form["TokenRevokeType"] = tag
     response = _signed_post(access, "/", urlencode(form), sts=True, timeout=timeout, http=http)
     if response.status != 200:
         code, message = _error_of(response.data)
@@ -235,9 +316,15 @@ def revoke_attempt_credentials(
     Raises :class:`CredentialsRefused` when the store answers with an error and
     :class:`CredentialsUnavailable` when it does not answer.
     """
+    return _revoke(access, revoke_tag(state_id, attempt), timeout=timeout, http=http)
+
+
+def _revoke(
+    access: StsAccess, tag: str, *, timeout: float, http: urllib3.PoolManager | None
+) -> bool:
     if access.role_arn:
         return False
-    query = urlencode({"user": access.access_key, "tokenRevokeType": revoke_tag(state_id, attempt)})
+    query = urlencode({"user": access.access_key, "tokenRevokeType": tag})
     path = f"/minio/admin/v3/revoke-tokens/builtin?{query}"
     response = _signed_post(access, path, "", sts=False, timeout=timeout, http=http)
     if response.status not in (200, 204):
@@ -266,6 +353,30 @@ def credentials_secret(run: AgentRunView, credentials: RunCredentials) -> JSON:
             "labels": run_labels(run.name),
             "annotations": {EXPIRES_ANNOTATION: _format(credentials.expires_at)},
             "ownerReferences": [owner_reference(run)],
+        },
+        "data": {
+            key: base64.b64encode(value.encode()).decode()
+            for key, value in credentials.secret_data().items()
+        },
+    }
+
+
+def standby_credentials_secret(pod: JSON, credentials: RunCredentials) -> JSON:
+    """The Secret a standby pod mounts its credentials from, owned by (and deleted with)
+    the pod; the operator puts the run's in it once it hands the pod a run."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": standby_credentials_secret_name(str(meta["name"])),
+            "namespace": meta["namespace"],
+            "labels": {STANDBY_LABEL: "true"},
+            "annotations": {EXPIRES_ANNOTATION: _format(credentials.expires_at)},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+            ],
         },
         "data": {
             key: base64.b64encode(value.encode()).decode()

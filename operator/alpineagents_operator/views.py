@@ -7,6 +7,7 @@ frozen dataclasses and never on the Kubernetes client's objects.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from alpineagents.pod_contract import (
     GROUP,
     KIND,
     PLURAL,
+    STANDBY_LABEL,
     VERSION,
     PendingApproval,
     TerminationMessage,
@@ -32,6 +34,7 @@ __all__ = [
     "KIND",
     "PLURAL",
     "RUN_LABEL",
+    "STANDBY_LABEL",
     "STATE_ANNOTATION",
     "TERMINAL_PHASES",
     "VERSION",
@@ -44,7 +47,9 @@ __all__ = [
     "RunStatus",
     "SavedView",
     "TerminationMessage",
+    "current_pod_name",
     "format_time",
+    "is_standby_pod",
     "parse_time",
     "pod_name_for",
     "state_id_for",
@@ -103,12 +108,32 @@ def pod_name_for(run_name: str, attempt: int) -> str:
     return f"{run_name}-{attempt}"
 
 
+STANDBY_POD_PREFIX = "alpineagents-standby-"
+"""Names of a warm pool's standby pods: this and a random suffix (:func:`is_standby_pod`)."""
+_STANDBY_POD = re.compile(re.escape(STANDBY_POD_PREFIX) + r"[0-9a-f]{10}")
+
+
+def is_standby_pod(pod_name: str | None) -> bool:
+    """Whether ``pod_name`` is a warm pool pod's (never a ``<run>-<attempt>`` one: a run
+    named ``alpineagents-standby`` would need a ten-digit attempt to look like one)."""
+    return bool(pod_name) and _STANDBY_POD.fullmatch(pod_name or "") is not None
+
+
 def credentials_secret_name(run_name: str) -> str:
     """The Secret holding a run's own short-lived store credentials."""
     return f"{run_name}-store-credentials"
 
 
 # --------------------------------------------------------------------------- AgentRun
+def current_pod_name(run_name: str, status: RunStatus) -> str | None:
+    """The pod of ``status.attempt`` (see :attr:`AgentRunView.current_pod`)."""
+    if status.attempt < 1:
+        return None
+    if is_standby_pod(status.pod):
+        return status.pod
+    return pod_name_for(run_name, status.attempt)
+
+
 @dataclass(frozen=True)
 class RestartPolicy:
     """``spec.restartPolicy``: how often and how soon a lost pod is replaced."""
@@ -218,6 +243,12 @@ class AgentRunView:
             )
         except ValueError:
             return None
+
+    @property
+    def current_pod(self) -> str | None:
+        """The name of the pod of ``status.attempt``: a standby the run was handed
+        (``status.pod``, see :mod:`.standby_pool`), else ``<run>-<attempt>``."""
+        return current_pod_name(self.name, self.status)
 
     @property
     def approved_call_ids(self) -> frozenset[str]:

@@ -291,7 +291,12 @@ seccompProfile:
   verbs: ["patch"]
 - apiGroups: [""]
   resources: ["pods"]
+  {{- if gt (int .Values.runs.warmPool) 0 }}
+  # patch: a standby of the warm pool handed a run gets the run's labels and owner.
+  verbs: ["list", "watch", "create", "delete", "patch"]
+  {{- else }}
   verbs: ["list", "watch", "create", "delete"]
+  {{- end }}
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
@@ -300,7 +305,12 @@ seccompProfile:
 # any Secret), never deleted (they go with their AgentRun).
 - apiGroups: [""]
   resources: ["secrets"]
+  {{- if gt (int .Values.runs.warmPool) 0 }}
+  # delete: a standby removed from the warm pool takes its credentials Secret with it.
+  verbs: ["create", "patch", "delete"]
+  {{- else }}
   verbs: ["create", "patch"]
+  {{- end }}
 {{- end -}}
 
 {{/* The viewer's permissions (see viewer.yaml): read AgentRuns; patch them to answer. */}}

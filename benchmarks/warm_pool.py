@@ -1,0 +1,214 @@
+"""The warm pool on the real node: one loss resumed in a standby, beside one resumed in a
+new pod, and what a waiting standby costs.
+
+``python -m benchmarks.warm_pool --out X`` (as root; the real node's lock is taken by the
+bench). It installs the chart as :mod:`benchmarks.resume_latency` does, with
+``runs.warmPool: 1`` and the runs' small resources as the chart's defaults (a run that
+sets ``spec.resources`` or ``spec.env`` has a pod unlike the pool's, and gets its own).
+Then it alternates rounds of one loss each:
+
+- *with the pool*: a run whose pod would be the pool's; its first pod (attempt 1: the pool
+  is for replacements) is deleted while its tool call is held; the operator hands the run
+  to the waiting standby and starts a new one;
+- *without*: the same run with one harmless ``spec.env`` variable, so its replacement is
+  a pod of its own, as without a pool, on the same node at the same time.
+
+Times as in :mod:`benchmarks.resume_latency`: *delete issued* here, *replacement* the
+watch event where a pod first carries the run's label with attempt 2 (the standby's
+relabelling, or the new pod's ADDED), *first save* the first entry's time saved after it.
+
+Idle cost: the waiting standby's runner process, found on this machine by its
+``ALPINEAGENTS_STANDBY_ID`` (the node's containers are this machine's processes): its
+resident memory, and its CPU time over :data:`IDLE_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .measure import load_average, machine, percentile
+from .resume_latency import (
+    DEADLINE,
+    NAMESPACE,
+    RUN_RESOURCES,
+    Loss,
+    PodWatch,
+    _cue,
+    entry_times,
+    real_node,
+    run_manifest,
+    wait_all_succeeded,
+)
+
+IDLE_SECONDS = 30.0
+STANDBY_LABEL = "alpineagents.dev/standby"
+
+
+def ready_standby(core: Any) -> str:
+    """The name of a waiting standby whose runner runs (waits for one)."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"{STANDBY_LABEL}=true").items
+        for pod in pods:
+            statuses = pod.status.container_statuses or []
+            if any(s.state.running for s in statuses) and not pod.metadata.deletion_timestamp:
+                return str(pod.metadata.name)
+        time.sleep(0.5)  # the pool starting its next standby: not a measured time
+    raise TimeoutError("no standby became ready")
+
+
+def one_loss(cluster: Any, gate: Any, watch: PodWatch, *, pooled: bool) -> Loss:
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.plane.api_client())
+    standby = ready_standby(core)  # both kinds: the same node state
+    name = f"wp-{uuid.uuid4().hex[:6]}"
+    manifest = run_manifest(name, gate.command(name))
+    spec = manifest["spec"]
+    del spec["resources"]  # the chart's runs.resources are these (the pool's pods' too)
+    if pooled:
+        del spec["env"]  # (its JSON log's startup marks are not read here)
+    else:
+        spec["env"].append({"name": "UNLIKE_THE_POOL", "value": "1"})
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+    gate.wait_started(name, timeout=DEADLINE)
+    loss = Loss(name)
+    loss.issued = time.time()
+    core.delete_namespaced_pod(f"{name}-1", NAMESPACE)
+    loss.observed = watch.wait_for(_cue(f"{name}-1"), f"{name}-1 lost").at
+    taken = watch.wait_for(lambda e: e.run == name and e.attempt == "2", f"{name} attempt 2's pod")
+    loss.created = taken.at
+    if pooled != (taken.name == standby):
+        raise RuntimeError(
+            f"run {name}: attempt 2 went to {taken.name}, expected "
+            f"{'the standby ' + standby if pooled else 'a pod of its own'}"
+        )
+    states = wait_all_succeeded(cluster, [name])
+    times = entry_times(cluster, [states[name]])[states[name]]
+    after = [t for t in times if t > loss.created]
+    if not after:
+        raise RuntimeError(f"run {name} Succeeded with no entry saved after its resume")
+    loss.first_save = min(after)
+    cluster.kubectl("delete", "agentruns", name, "-n", NAMESPACE, "--wait=false")
+    return loss
+
+
+def standby_process() -> int:
+    """The pid of a waiting standby's runner on this machine."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"alpineagents" in command and any(
+            v.startswith(b"ALPINEAGENTS_STANDBY_ID=") for v in environ
+        ):
+            return int(entry.name)
+    raise RuntimeError("no standby runner process on this machine")
+
+
+def idle_cost(pid: int) -> tuple[float, float]:
+    """(resident MiB, CPU share over IDLE_SECONDS) of process ``pid``."""
+
+    def cpu_seconds() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    before = cpu_seconds()
+    time.sleep(IDLE_SECONDS)  # the measured interval itself
+    share = (cpu_seconds() - before) / IDLE_SECONDS
+    rss_kib = next(
+        int(line.split()[1])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("VmRSS:")
+    )
+    return rss_kib / 1024, share
+
+
+def measure(workdir: Path, rounds: int) -> tuple[list[Loss], list[Loss], tuple[float, float]]:
+    from tests.bench.node_network import NodeSubnet
+    from tests.bench.tool_gate import ToolGate
+
+    chart = {"runs": {"warmPool": 1, "resources": RUN_RESOURCES}}
+    with real_node(workdir, chart_values=chart) as cluster:
+        gate = ToolGate(NodeSubnet(0).gateway)
+        gate.start()
+        watch = PodWatch(cluster.plane.api_client())
+        pooled: list[Loss] = []
+        own: list[Loss] = []
+        try:
+            watch.start()
+            one_loss(cluster, gate, watch, pooled=False)  # warm-up: the first pods on the node
+            for _ in range(rounds):
+                pooled.append(one_loss(cluster, gate, watch, pooled=True))
+                own.append(one_loss(cluster, gate, watch, pooled=False))
+            from kubernetes import client
+
+            ready_standby(client.CoreV1Api(cluster.plane.api_client()))
+            cost = idle_cost(standby_process())
+        finally:
+            watch.stop()
+            gate.stop()
+    return pooled, own, cost
+
+
+def _cell(values: list[float]) -> str:
+    return f"{percentile(values, 0.5):.2f} / {percentile(values, 0.95):.2f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.warm_pool")
+    parser.add_argument("--rounds", type=int, default=5, help="losses of each kind (5)")
+    parser.add_argument("--out", type=Path, required=True, help="where to write the page")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    began = time.time()
+    with tempfile.TemporaryDirectory(prefix="alpineagents-bench-") as folder:
+        pooled, own, (rss, cpu) = measure(Path(folder), args.rounds)
+
+    def row(label: str, losses: list[Loss]) -> str:
+        return (
+            f"| {label} | {_cell([x.observed - x.issued for x in losses])} | "
+            f"{_cell([x.operator for x in losses])} | {_cell([x.rest for x in losses])} | "
+            f"**{_cell([x.total for x in losses])}** |"
+        )
+
+    lines = [
+        "# The warm pool on the real node",
+        "",
+        f"Measured by `python -m benchmarks.warm_pool --rounds {args.rounds}` on "
+        f"{time.strftime('%Y-%m-%d', time.gmtime(began))}. Machine: {machine()}; load "
+        f"average {load_average()} at the end (the machine is shared).",
+        "",
+        "One loss at a time (a graceful delete of the run's pod while its tool call is "
+        "held), rounds with and without the pool alternated on the same node; p50 / p95.",
+        "",
+        "| replacement | delete issued → loss observed | operator: loss observed → "
+        "replacement | replacement → first saved entry | whole: delete issued → first "
+        "saved entry |",
+        "|---|---:|---:|---:|---:|",
+        row(f"a waiting standby ({len(pooled)} losses)", pooled),
+        row(f"a pod of its own ({len(own)} losses)", own),
+        "",
+        f"A waiting standby's runner (imported, polling its store folder every 0.2 s): "
+        f"{rss:.0f} MiB resident, {cpu * 100:.1f} % of one CPU over {IDLE_SECONDS:.0f} s.",
+        "",
+    ]
+    args.out.write_text("\n".join(lines), encoding="utf-8")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,373 @@
+"""The warm pool (chart ``runner.warmPool: N``): standby runner pods that take a lost run.
+
+A standby is a run pod for no run yet (:func:`~.pods.standby_manifest`): started, its
+runtime imported, it waits for an assignment in its own folder of the store
+(:mod:`alpineagents.runner.standby`). When a run that lost its pod resumes and its pod
+would be the pool's (:func:`pool_misfit` says None), the reconciler claims the State as
+before any replacement, then hands the run to a waiting standby (:meth:`StandbyPool.hand`):
+the assignment goes to the store, the pod gets the run's labels and the AgentRun as its
+owner, and ``status.pod`` names it. A new standby starts behind it (:meth:`StandbyPool.keep`).
+
+:meth:`StandbyPool.keep` keeps N waiting standbys per namespace: it starts missing ones
+(each with credentials that reach its own folder only, renewed while it waits) and
+removes dead or surplus ones with their Secret, their folder and their credentials
+(revoked). With N = 0 it removes every waiting standby once and then asks nothing more
+of the API server. :func:`pool_moves` and :func:`pool_misfit` are the plain decisions,
+tested without Kubernetes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from alpineagents.pod_contract import STANDBY_LABEL, Assignment, mcp_secret_refs
+from alpineagents.store import redact
+from alpineagents.store.s3.standby_boxes import StandbyBoxes
+
+from .cluster import Cluster, failure_text
+from .config import OperatorConfig
+from .pods import (
+    owner_reference,
+    run_labels,
+    standby_credentials_secret_name,
+    standby_manifest,
+    store_url,
+)
+from .run_credentials import (
+    RunCredentials,
+    StsAccess,
+    mint_standby_credentials,
+    renew_at,
+    revoke_standby_credentials,
+    standby_credentials_secret,
+)
+from .views import (
+    ATTEMPT_LABEL,
+    CONTAINER_NAME,
+    STANDBY_POD_PREFIX,
+    STATE_ANNOTATION,
+    AgentRunView,
+)
+
+_log = logging.getLogger(__name__)
+
+_POD_FIELDS = ("env", "envFrom", "resources", "serviceAccountName", "nodeSelector")
+_MORE_POD_FIELDS = ("tolerations", "affinity")
+
+
+@dataclass(frozen=True)
+class StandbyView:
+    """One pod of the pool, as far as keeping the pool cares."""
+
+    name: str
+    uid: str
+    waiting: bool
+    """Still the pool's (not handed a run)."""
+    ready: bool
+    """Its runner runs (so it waits on the store, or is about to)."""
+    gone: bool
+    """Finished, or being deleted: of no more use."""
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any]) -> StandbyView:
+        meta = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        statuses = status.get("containerStatuses") or []
+        state = next(
+            (s.get("state") or {} for s in statuses if s.get("name") == CONTAINER_NAME), {}
+        )
+        finished = status.get("phase") in ("Succeeded", "Failed") or "terminated" in state
+        deleting = bool(meta.get("deletionTimestamp"))
+        return cls(
+            name=str(meta.get("name")),
+            uid=str(meta.get("uid") or ""),
+            waiting=(meta.get("labels") or {}).get(STANDBY_LABEL) == "true",
+            ready="running" in state and not deleting,
+            gone=finished or deleting,
+        )
+
+
+@dataclass(frozen=True)
+class PoolMoves:
+    """What keeping one namespace's pool does: standbys to start and to remove."""
+
+    start: int
+    remove: tuple[StandbyView, ...]
+
+
+def pool_moves(standbys: Sequence[StandbyView], size: int) -> PoolMoves:
+    """Start and remove what it takes to have ``size`` waiting standbys: dead ones go
+    (and are replaced), the newest surplus ones go. Standbys handed a run are runs'
+    pods now: not the pool's business."""
+    waiting = [s for s in standbys if s.waiting]
+    dead = tuple(s for s in waiting if s.gone)
+    alive = [s for s in waiting if not s.gone]
+    surplus = tuple(alive[size:]) if len(alive) > size else ()
+    return PoolMoves(start=max(0, size - len(alive)), remove=dead + surplus)
+
+
+def pool_misfit(run: AgentRunView, config: OperatorConfig) -> str | None:
+    """Why ``run``'s pod would not be the pool's (None: a standby can run it)."""
+    if config.warm_pool < 1:
+        return "no warm pool (runner.warmPool is 0)"
+    if not config.store.lower().startswith("s3://"):
+        return "the warm pool needs an s3:// store"
+    spec = run.spec
+    for field in (*_POD_FIELDS, *_MORE_POD_FIELDS):
+        if spec.get(field):
+            return f"spec.{field} makes its pod differ from the pool's"
+    if spec.get("image") and spec["image"] != config.image:
+        return "spec.image is not the pool's image"
+    if store_url(run, config) != config.store:
+        return "spec.store is not the pool's store"
+    if mcp_secret_refs(spec):
+        return "its MCP servers' values from Secrets go in its own pod"
+    return None
+
+
+class StandbyPool:
+    """Keeps the standbys of each namespace, and hands them runs."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        cluster: Cluster,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.size = config.warm_pool
+        self._env = dict(os.environ if env is None else env)
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._emptied: set[str] = set()
+        self._renew_at: dict[str, datetime] = {}
+        self._boxes: StandbyBoxes | None = None
+        self._access: StsAccess | None = None
+        self.per_run = config.per_run_credentials and config.store.lower().startswith("s3://")
+
+    @property
+    def enabled(self) -> bool:
+        return self.size > 0 and self.config.store.lower().startswith("s3://")
+
+    async def pick(self, namespace: str) -> StandbyView | None:
+        """A waiting standby whose runner runs (None: none is ready)."""
+        if not self.enabled:
+            return None
+        pods = await asyncio.to_thread(self.cluster.list_standbys, namespace)
+        views = [StandbyView.from_pod(p) for p in pods]
+        return next((s for s in views if s.waiting and s.ready), None)
+
+    async def hand(
+        self,
+        run: AgentRunView,
+        attempt: int,
+        standby: StandbyView,
+        credentials: RunCredentials | None,
+    ) -> bool:
+        """Hand pod ``attempt`` of ``run`` to ``standby``: the assignment, then the pod's
+        labels and owner. False when the standby is no longer waiting (gone, or taken):
+        its folder is cleared and the caller starts a pod of its own.
+
+        The assignment goes first: should the operator stop between the two, the
+        standby runs a run the status does not name, and the next step's claim fences
+        it off (its next save fails, it ends, the pool replaces it)."""
+        assignment = Assignment(
+            namespace=run.namespace,
+            run=run.name,
+            spec=run.spec,
+            state_id=run.state_id,
+            attempt=attempt,
+            store=store_url(run, self.config),
+            credentials=credentials.secret_data() if credentials is not None else None,
+        )
+        # Not under the pool's lock: a resume does not wait for a standby starting. A
+        # standby removed meanwhile is handed a run anyway only if it is still labelled
+        # waiting, i.e. terminating: the run then loses that pod and resumes again.
+        boxes = self._boxes_of_store()
+        await asyncio.to_thread(boxes.put, standby.uid, assignment)
+        labels = {**run_labels(run.name), ATTEMPT_LABEL: str(attempt)}
+        handed = await asyncio.to_thread(
+            self.cluster.hand_standby,
+            run.namespace,
+            standby.name,
+            labels,
+            owner_reference(run),
+            {STATE_ANNOTATION: run.state_id},
+        )
+        if not handed:
+            await asyncio.to_thread(boxes.clear, standby.uid)
+        return handed
+
+    async def keep_namespaces(self, run_namespaces: set[str]) -> None:
+        """Keep the pool of each namespace the operator names (of each where runs are,
+        when it watches patterns or the whole cluster); one failing stops no other."""
+        named = [n for n in self.config.namespaces if not any(c in n for c in "*?[")]
+        for namespace in sorted(set(named) or run_namespaces):
+            try:
+                await self.keep(namespace)
+            except Exception as error:  # any failure: tried again at the next resync
+                _log.warning("%s: warm pool not kept: %s", namespace, failure_text(error))
+
+    def close(self) -> None:
+        """Stop what :meth:`keep_soon` started."""
+        for task in self._tasks:
+            task.cancel()
+
+    def keep_soon(self, namespace: str) -> None:
+        """:meth:`keep` beside the caller (a standby was just handed a run)."""
+        task = asyncio.create_task(self._keep_logged(namespace))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _keep_logged(self, namespace: str) -> None:
+        try:
+            await self.keep(namespace)
+        except Exception as error:  # any failure: the next resync keeps it
+            _log.warning("%s: warm pool not kept: %s", namespace, failure_text(error))
+
+    async def keep(self, namespace: str) -> None:
+        """Bring ``namespace``'s pool to its size (see the module docstring)."""
+        if self.size == 0 and namespace in self._emptied:
+            return
+        if not self.config.store.lower().startswith("s3://"):
+            if self.size > 0 and namespace not in self._emptied:
+                _log.warning(
+                    "%s: no warm pool: it needs an s3:// store, not %s",
+                    namespace,
+                    redact(self.config.store),
+                )
+            self._emptied.add(namespace)
+            return
+        async with self._lock:
+            pods = await asyncio.to_thread(self.cluster.list_standbys, namespace)
+            views = [StandbyView.from_pod(p) for p in pods]
+            moves = pool_moves(views, self.size)
+            for standby in moves.remove:
+                await self._remove(namespace, standby)
+            for _ in range(moves.start):
+                await self._start(namespace)
+            removed = {s.uid for s in moves.remove}
+            for standby in views:
+                if standby.waiting and not standby.gone and standby.uid not in removed:
+                    await self._renew_if_due(namespace, standby)
+                elif not standby.waiting and standby.uid in self._renew_at:
+                    await self._retire_credentials(namespace, standby)
+            if self.size == 0:
+                self._emptied.add(namespace)
+
+    async def _start(self, namespace: str) -> None:
+        name = STANDBY_POD_PREFIX + secrets.token_hex(5)
+        manifest = standby_manifest(namespace, name, self.config)
+        try:
+            created = await asyncio.to_thread(self.cluster.create_standby, manifest)
+        except Exception as error:  # any failure: the next keep tries again
+            _log.warning("%s: could not start standby %s: %s", namespace, name, failure_text(error))
+            return
+        standby = StandbyView.from_pod(created)
+        if not await self._renew_if_due(namespace, standby):
+            await self._remove(namespace, standby)  # no credentials: of no use
+            return
+        _log.info("%s: started standby %s", namespace, name)
+
+    async def _renew_if_due(self, namespace: str, standby: StandbyView) -> bool:
+        """Mint the standby's own credentials into its Secret when they are due (at
+        start, and with half their lifetime left). False when they could not be."""
+        if not self.per_run:
+            return True
+        now = datetime.now(UTC)
+        due = self._renew_at.get(standby.uid)
+        if due is not None and due > now:
+            return True
+        lifetime = timedelta(seconds=self.config.run_credentials_seconds)
+        pod = {"metadata": {"name": standby.name, "namespace": namespace, "uid": standby.uid}}
+        try:
+            access = self._sts_access()
+            credentials = await asyncio.to_thread(
+                mint_standby_credentials, access, standby.uid, lifetime
+            )
+            await asyncio.to_thread(
+                self.cluster.apply_secret,
+                standby_credentials_secret(pod, credentials),
+                probably_exists=due is not None,
+            )
+        except Exception as error:  # any failure: logged; the pod waits for its Secret
+            _log.warning(
+                "%s: no store credentials for standby %s: %s",
+                namespace,
+                standby.name,
+                failure_text(error),
+            )
+            return False
+        self._renew_at[standby.uid] = renew_at(credentials.expires_at, lifetime)
+        return True
+
+    async def _retire_credentials(self, namespace: str, standby: StandbyView) -> None:
+        """Revoke the own credentials of a standby handed a run, once it has taken its
+        assignment (it reads it with them; the run's are in the assignment). Until
+        then, or when the store refuses, a later keep tries again."""
+        try:
+            if await asyncio.to_thread(self._boxes_of_store().holds, standby.uid):
+                return
+            if self.per_run:
+                await asyncio.to_thread(revoke_standby_credentials, self._sts_access(), standby.uid)
+        except Exception as error:  # any failure: the next keep tries again
+            _log.warning(
+                "%s: standby %s: own credentials not revoked yet: %s",
+                namespace,
+                standby.name,
+                failure_text(error),
+            )
+            return
+        self._renew_at.pop(standby.uid, None)
+
+    async def _remove(self, namespace: str, standby: StandbyView) -> None:
+        """Delete a standby with all it had: its pod, its Secret (the pod owns it, but a
+        cluster without garbage collection would keep it), its folder, its credentials."""
+        self._renew_at.pop(standby.uid, None)
+        steps: list[tuple[str, Any, tuple[Any, ...]]] = [
+            ("pod", self.cluster.delete_pod, (namespace, standby.name)),
+            (
+                "Secret",
+                self.cluster.delete_secret,
+                (namespace, standby_credentials_secret_name(standby.name)),
+            ),
+        ]
+        if standby.uid:
+            steps.append(("folder", self._boxes_of_store().clear, (standby.uid,)))
+            if self.per_run:
+                steps.append(
+                    ("credentials", revoke_standby_credentials, (self._sts_access(), standby.uid))
+                )
+        for what, call, args in steps:
+            try:
+                await asyncio.to_thread(call, *args)
+            except Exception as error:  # any failure: the rest is removed anyway
+                _log.warning(
+                    "%s: standby %s: could not remove its %s: %s",
+                    namespace,
+                    standby.name,
+                    what,
+                    failure_text(error),
+                )
+        _log.info("%s: removed standby %s", namespace, standby.name)
+
+    def _boxes_of_store(self) -> StandbyBoxes:
+        if self._boxes is None:
+            self._boxes = StandbyBoxes.open(self.config.store, self._env)
+        return self._boxes
+
+    def _sts_access(self) -> StsAccess:
+        if self._access is None:
+            self._access = StsAccess.for_store(
+                self.config.store, self._env, self.config.sts_role_arn
+            )
+        return self._access
