@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from alpineagents import Store, open_store
-from alpineagents.store import redact
 
 from . import saved_state
 from .cluster import CALL_THREADS, Cluster, PodRefused, failure_text
@@ -34,6 +33,7 @@ from .metrics import OperatorMetrics
 from .pods import pod_manifest, spec_secret, store_url, uses_run_credentials
 from .refusals import run_refusal
 from .resumes import Resumes
+from .run_stores import RunStores
 from .standby_pool import StandbyPool
 from .store_policy import guarded_opener, store_refusal
 from .views import (
@@ -99,15 +99,12 @@ class Reconciler:
         self.metrics = metrics or OperatorMetrics()
         self._clock = clock
         # Every store the operator opens passes the policy first: its key goes nowhere else.
-        self._open_store = guarded_opener(open_store, config)
+        self.stores = RunStores(config, self.metrics, guarded_opener(open_store, config))
+        """Reads and claims the runs' States."""
         self._locks: dict[RunKey, asyncio.Lock] = {}
         self._queued: set[RunKey] = set()
         self._timers: dict[RunKey, tuple[float, asyncio.TimerHandle]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._stores: dict[str, Store] = {}
-        self._stores_with_bucket: set[str] = set()
-        self._fencers: dict[str, Store] = {}
-        """Store instances that only claim (never read): see :meth:`_fence`."""
         self._claim_failures: dict[RunKey, int] = {}
         self._resync_errors: dict[RunKey, str] = {}
         """The last error each run's resync step logged (so it is logged once)."""
@@ -119,7 +116,9 @@ class Reconciler:
         """Runs with pods but no AgentRun in the views at the last resync round."""
         self._due_at: dict[RunKey, float] = {}
         """Monotonic time a replacement pod became due (for the resume-latency metric)."""
-        self.credentials = RunCredentialIssuer(config, cluster, clock=clock, open_store=self._store)
+        self.credentials = RunCredentialIssuer(
+            config, cluster, clock=clock, open_store=self.stores.store
+        )
         """Gives each pod its own short-lived store credentials (see its module)."""
         self.pool = pool or StandbyPool(config, cluster)
         """The warm pool's standbys (none unless ``config.warm_pool``)."""
@@ -378,7 +377,7 @@ class Reconciler:
             # The operator never wrote there: there is nothing of this run's to delete.
             _log.warning("%s/%s: saved State not deleted: %s", run.namespace, run.name, refused)
             return
-        store = self._store(url)
+        store = self.stores.store(url)
         await asyncio.to_thread(saved_state.delete_state, store, run.state_id)
         _log.info("%s/%s: deleted saved State %s", run.namespace, run.name, run.state_id)
 
@@ -418,7 +417,7 @@ class Reconciler:
         decision = decide(run, pods, None, self._clock())
         if decision.needs_saved:
             if saved is None or saved.error is not None:
-                saved = await self._read_saved(run)
+                saved = await self.stores.read_saved(run)
             decision = decide(run, pods, saved, self._clock())
         applied, answered = await self._apply(
             run, body, decision, lambda after: decide(run, pods, after, self._clock())
@@ -429,17 +428,6 @@ class Reconciler:
         if applied.create_pod is not None or applied.delete_pods:
             return applied, _Seen()  # the pods changed, and a new one may write: read afresh
         return applied, _Seen(saved=saved, body=answered, pods=raw_pods)
-
-    async def _read_saved(self, run: AgentRunView) -> SavedView:
-        url = store_url(run, self.config)
-        try:
-            store = self._store(url)
-        except Exception as error:  # a bad URL: let the pod report it in its own words
-            return SavedView(exists=False, error=f"cannot open store {redact(url)!r}: {error}")
-        saved = await asyncio.to_thread(saved_state.read_saved, store, run.state_id)
-        if saved.error is not None:
-            self.metrics.record_store_error("read")
-        return saved
 
     async def _apply(
         self,
@@ -470,7 +458,7 @@ class Reconciler:
                     standby,
                     pool=self.pool,
                     credentials=self.credentials,
-                    fence=lambda: self._fence(run),
+                    fence=lambda: self.stores.fence(run),
                     after_claim=(
                         (lambda: self._decide_after_claim(run, redecide)) if redecide else None
                     ),
@@ -525,11 +513,11 @@ class Reconciler:
         key = (run.namespace, run.name)
         assert decision.create_pod is not None
         if uses_run_credentials(run, self.config):
-            await self._make_bucket_exist(run)
+            await self.stores.make_bucket_exist(run)
         # Independent calls to the store and the API server, at once: after a pod's
         # loss they are most of the time until its replacement exists.
         fenced, blocked, secret_refused = await asyncio.gather(
-            self._fence(run) if decision.claim_state else _nothing(),
+            self.stores.fence(run) if decision.claim_state else _nothing(),
             self.credentials.before_pod(run, body, decision.create_pod),
             self._write_spec_secret(run, decision.create_pod),
         )
@@ -579,7 +567,7 @@ class Reconciler:
         ``status.abortedCalls`` though its result is saved. Nobody writes after the claim,
         so this read is what the next pod loads.
         """
-        after = await self._read_saved(run)
+        after = await self.stores.read_saved(run)
         if after.error is not None:
             return None
         return redecide(after)
@@ -626,40 +614,3 @@ class Reconciler:
         except PodRefused as refusal:
             return refusal
         return None
-
-    async def _make_bucket_exist(self, run: AgentRunView) -> None:
-        """Have the operator's store create a missing bucket before a pod with credentials
-        of its own starts: those reach the run's State folder only, so the first run on a
-        new store (a fresh bundled MinIO) would fail with NoSuchBucket and restart.
-        Reading the State does it (a MinioStore creates its bucket on first use)."""
-        url = store_url(run, self.config)
-        if url in self._stores_with_bucket:
-            return
-        saved = await self._read_saved(run)
-        if saved.error is None:
-            self._stores_with_bucket.add(url)
-
-    async def _fence(self, run: AgentRunView) -> str | None:
-        """Claim the run's State so a lost pod still running can write no more into it;
-        returns why that failed (None: claimed, or the store has no claims).
-
-        The claim goes through a store instance that never reads: a store that read the
-        State claims only if nobody wrote since its read, and the lost pod writing is
-        just what the claim is for. This one takes over whatever is saved now.
-        """
-        url = store_url(run, self.config)
-        try:
-            store = self._fencers.get(url)
-            if store is None:
-                store = self._fencers[url] = self._open_store(url)
-            await asyncio.to_thread(saved_state.claim, store, run.state_id)
-        except Exception as error:  # any failure: the replacement waits and tries again
-            self.metrics.record_store_error("claim")
-            return f"{type(error).__name__}: {error}"
-        return None
-
-    def _store(self, url: str) -> Store:
-        store = self._stores.get(url)
-        if store is None:
-            store = self._stores[url] = self._open_store(url)
-        return store
