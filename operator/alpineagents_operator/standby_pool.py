@@ -1,4 +1,4 @@
-"""The warm pool (chart ``runner.warmPool: N``): standby runner pods that take a lost run.
+"""The warm pool (chart ``runs.warmPool: N``): standby runner pods that take a lost run.
 
 A standby is a run pod for no run yet (:func:`~.pods.standby_manifest`): started, its
 runtime imported, it waits for an assignment in its own folder of the store
@@ -116,7 +116,7 @@ def pool_moves(standbys: Sequence[StandbyView], size: int) -> PoolMoves:
 def pool_misfit(run: AgentRunView, config: OperatorConfig) -> str | None:
     """Why ``run``'s pod would not be the pool's (None: a standby can run it)."""
     if config.warm_pool < 1:
-        return "no warm pool (runner.warmPool is 0)"
+        return "no warm pool (runs.warmPool is 0)"
     if not config.store.lower().startswith("s3://"):
         return "the warm pool needs an s3:// store"
     spec = run.spec
