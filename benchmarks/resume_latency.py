@@ -459,11 +459,11 @@ def measure(
     workdir: Path, singles: int, burst: int, operator: dict[str, Any] | None = None
 ) -> tuple[list[Burst], list[Burst]]:
     """``singles`` rounds of one loss, then one round of ``burst`` losses at once."""
-    from tests.bench.node_network import NodeSubnet
+    from tests.bench.node_network import TEST_SERVERS_ADDRESS
     from tests.bench.tool_gate import ToolGate
 
     with real_node(workdir, operator) as cluster:
-        gate = ToolGate(NodeSubnet(0).gateway)
+        gate = ToolGate(TEST_SERVERS_ADDRESS)
         gate.start()
         watch = PodWatch(cluster.plane.api_client())
         try:

@@ -903,6 +903,31 @@ def test_network_policy_follows_your_store_and_model(helm: Helm) -> None:
     assert "NetworkPolicy" not in _kinds(off)
 
 
+def test_traces_leave_agent_pods_only_for_the_collector_on_its_port(helm: Helm) -> None:
+    def traces_rule(endpoint: str, **policy: Any) -> dict[str, Any]:
+        values = {"telemetry": {"otlpEndpoint": endpoint}, "networkPolicy": policy}
+        [spec] = _run_pod_policies(helm.template(values)).values()
+        *_, traces = spec["egress"]
+        assert len(spec["egress"]) == 4, spec["egress"]  # DNS, model, store, traces
+        return traces
+
+    by_ip = traces_rule("http://10.1.2.3:4318")
+    assert by_ip["to"] == [{"ipBlock": {"cidr": "10.1.2.3/32"}}]
+    assert _egress_ports(by_ip) == [(4318, "TCP")]
+    # A collector by name (README: tempo.monitoring) may be a pod anywhere in the cluster
+    # or a public address, on its port only.
+    by_name = traces_rule("http://tempo.monitoring:4318")
+    assert by_name["to"][0] == {"namespaceSelector": {}}
+    assert by_name["to"][1]["ipBlock"]["cidr"] == "0.0.0.0/0"
+    assert _egress_ports(by_name) == [(4318, "TCP")]
+    assert _egress_ports(traces_rule("https://otlp.example.com/v1")) == [(443, "TCP")]
+    peer = {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+    assert traces_rule("http://tempo.monitoring:4318", telemetryTo=[peer])["to"] == [peer]
+    # Without an endpoint, no rule for traces.
+    [spec] = _run_pod_policies(helm.template({})).values()
+    assert len(spec["egress"]) == 3
+
+
 def test_encryption_reaches_the_operator_and_the_pods(helm: Helm) -> None:
     objects = helm.template(CASES["encrypted-shared-credentials"](_namespaces()))
     settings = _operator_settings(objects)

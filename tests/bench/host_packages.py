@@ -19,6 +19,7 @@ PACKAGES = (
     "runc",
     "containernetworking-plugins",
     "iptables",
+    "ipset",  # the policy agent's address sets (tests/bench/policy_agent.py)
     "conntrack",
     "socat",
     "ebtables",

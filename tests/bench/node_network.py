@@ -2,9 +2,11 @@
 on those bridges, and DNS for Service names.
 
 Pod addresses are 10.88.<n>.0/24 on bridge ``aabr<n>`` (gateway 10.88.<n>.1, the node's
-own address); Service addresses 10.96.0.0/16 exist only as kube-proxy's rules. Forwarding
-is accepted between the bench's bridges and dropped to or from anything else, so a pod
-can reach other pods, Services and this machine, and nothing outside it (no NAT either).
+own address; tests' own servers listen on :data:`TEST_SERVERS_ADDRESS`); Service
+addresses 10.96.0.0/16 exist only as kube-proxy's rules. Forwarding is accepted between
+the bench's bridges and dropped to or from anything else, so a pod can reach other pods,
+Services and this machine, and nothing outside it (no NAT either), as far as the
+NetworkPolicies that select it allow (:mod:`tests.bench.policy_agent` enforces them).
 
 Service names (``<svc>.<ns>.svc.cluster.local``) are answered by a ``dnsmasq`` on the
 first bridge from a hosts file that :class:`ServiceNames` rewrites whenever the
@@ -30,6 +32,10 @@ CLUSTER_CIDR = "10.88.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"
 CLUSTER_DOMAIN = "cluster.local"
 BRIDGE_PREFIX = "aabr"
+TEST_SERVERS_ADDRESS = "10.88.255.1"
+"""Where tests' own servers on this machine listen for pods (a model, MCP servers, the
+tool gate): an address of the first bridge that is not the node's, so the bench's
+NetworkPolicy can let run pods reach these servers and still close the node itself."""
 _CHAIN = "ALPINEAGENTS-FORWARD"
 _IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 _BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
@@ -67,12 +73,15 @@ class NodeSubnet:
 
     def create(self) -> None:
         """Create the bridge with the gateway address (kept when it is there already: the
-        control plane may be listening on it)."""
+        control plane may be listening on it); the first bridge also gets
+        :data:`TEST_SERVERS_ADDRESS`."""
         if _run("ip", "link", "show", self.bridge, check=False).returncode != 0:
             _run("ip", "link", "add", self.bridge, "type", "bridge")
         shown = _run("ip", "-o", "addr", "show", "dev", self.bridge).stdout
         if f" {self.gateway}/24 " not in shown:
             _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        if self.index == 0 and f" {TEST_SERVERS_ADDRESS}/32 " not in shown:
+            _run("ip", "addr", "add", f"{TEST_SERVERS_ADDRESS}/32", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
 
     def delete(self) -> None:
@@ -132,7 +141,7 @@ class HostNetwork:
                 "bridged traffic does not pass iptables (no br_netfilter module): "
                 "modprobe br_netfilter"
             )
-        self._kube_chains_before = _kube_chains()
+        self._kube_chains_before = kube_chains()
         self._forward_before = _IP_FORWARD.read_text().strip()
         _IP_FORWARD.write_text("1\n")
         self._bridge_nf_before = _BRIDGE_NF.read_text().strip()
@@ -158,7 +167,7 @@ class HostNetwork:
         (kube-proxy's ``--cleanup`` leaves the kubelet's, such as KUBE-FIREWALL) unless
         they were there before."""
         if self._kube_chains_before is not None:
-            _remove_chains(_kube_chains() - self._kube_chains_before)
+            remove_chains(kube_chains() - self._kube_chains_before)
             self._kube_chains_before = None
         if self._chain_added:
             self._remove_chain()
@@ -175,7 +184,7 @@ _TABLES = ("filter", "nat", "mangle", "raw")
 _IPTABLES = ("iptables", "ip6tables")
 
 
-def _kube_chains() -> set[tuple[str, str, str]]:
+def kube_chains() -> set[tuple[str, str, str]]:
     """(command, table, chain) of every chain named KUBE-*."""
     found = set()
     for command in _IPTABLES:
@@ -187,7 +196,7 @@ def _kube_chains() -> set[tuple[str, str, str]]:
     return found
 
 
-def _remove_chains(chains: set[tuple[str, str, str]]) -> None:
+def remove_chains(chains: set[tuple[str, str, str]]) -> None:
     """Delete the rules that jump to ``chains``, then the chains themselves."""
     names: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
     for command, table, chain in chains:

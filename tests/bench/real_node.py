@@ -6,7 +6,8 @@ Fixture:
 - ``real_node`` (session): a :class:`RealCluster`: etcd + kube-apiserver (the bench's
   control plane, listening on the node's bridge so pods reach it through the
   ``kubernetes`` Service), kube-controller-manager (all default controllers),
-  kube-scheduler, kube-proxy (iptables), dnsmasq answering Service names, and node
+  kube-scheduler, kube-proxy (iptables), dnsmasq answering Service names, a NetworkPolicy
+  agent (:mod:`tests.bench.policy_agent`: the chart's policies are enforced), and node
   ``node-0`` (:class:`~tests.bench.kubelet_node.KubeletNode`: containerd + kubelet) with
   the bench's images loaded (:mod:`tests.bench.images`: ours built from the project's
   Dockerfile on a Debian python base, a pause image, MinIO). :meth:`RealCluster.add_node`
@@ -49,7 +50,15 @@ from tests.bench.host_packages import missing_packages
 from tests.bench.images import Image, ensure_images
 from tests.bench.infra import free_port, missing
 from tests.bench.kubelet_node import KubeletNode
-from tests.bench.node_network import CLUSTER_CIDR, HostNetwork, NodeSubnet, ServiceNames
+from tests.bench.node_network import (
+    CLUSTER_CIDR,
+    TEST_SERVERS_ADDRESS,
+    HostNetwork,
+    NodeSubnet,
+    ServiceNames,
+)
+from tests.bench.policy_agent import USER as POLICY_AGENT_USER
+from tests.bench.policy_agent import PolicyAgent
 from tests.bench.server_process import ServerFailed, ServerProcess
 from tests.bench.testbin import ProvisioningError, binary_path
 
@@ -68,6 +77,8 @@ class RealCluster:
     images: dict[str, Image]
     workdir: Path
     nodes: dict[str, KubeletNode] = field(default_factory=dict)
+    policy_agent: PolicyAgent | None = None
+    """What enforces NetworkPolicy for the pods of ``node-0``."""
 
     @property
     def kubeconfig(self) -> Path:
@@ -82,9 +93,18 @@ class RealCluster:
 
     def chart_values(self) -> dict[str, Any]:
         """Values that point the chart at the images loaded on the nodes, with the echo
-        model and the bundled MinIO (on an emptyDir: there is no volume provisioner)."""
+        model and the bundled MinIO (on an emptyDir: there is no volume provisioner).
+
+        Its NetworkPolicy lets run pods reach DNS where the bench answers it (dnsmasq on
+        the node's address, port 53 only) and the tests' own servers
+        (:data:`~tests.bench.node_network.TEST_SERVERS_ADDRESS`); the node itself stays
+        closed to them."""
         ours, minio = self.images["alpineagents"], self.images["minio"]
         return {
+            "networkPolicy": {
+                "dnsTo": [{"ipBlock": {"cidr": f"{NodeSubnet(0).gateway}/32"}}],
+                "extraEgress": [{"to": [{"ipBlock": {"cidr": f"{TEST_SERVERS_ADDRESS}/32"}}]}],
+            },
             "image": {"repository": ours.repository, "tag": ours.tag, "pullPolicy": "Never"},
             "echoModel": {"enabled": True},
             "minio": {
@@ -250,6 +270,7 @@ def _plane_options(pki: Path) -> PlaneOptions:
     clients: dict[str, tuple[str, str | None]] = {
         "kube-scheduler": ("system:kube-scheduler", None),
         "kube-proxy": ("system:kube-proxy", None),
+        "kube-router": (POLICY_AGENT_USER, None),
         "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", "system:masters"),
     }
     for name in NODE_NAMES:
@@ -273,7 +294,13 @@ def _check_machine() -> dict[str, Image]:
     if os.geteuid() != 0:
         missing("the real node", f"it needs root (containerd, kubelet, iptables): {_HOW_TO_FIX}")
     try:
-        for name in ("kubelet", "kube-scheduler", "kube-proxy", "kube-controller-manager"):
+        for name in (
+            "kubelet",
+            "kube-scheduler",
+            "kube-proxy",
+            "kube-controller-manager",
+            "kube-router",
+        ):
             binary_path(name)
         absent = missing_packages()
     except ProvisioningError as error:
@@ -329,6 +356,11 @@ def start_cluster(stack: ExitStack, workdir: Path, images: dict[str, Image]) -> 
     # After the node: kube-proxy takes its address from the Node (healthy only then).
     proxy = _kube_proxy(plane, workdir)
     stack.callback(_stop_kube_proxy, proxy)
+    # After the node too: the agent guards the pods whose host address is the Node's.
+    agent = PolicyAgent(plane, plane.client_kubeconfig("kube-router"), node.name, workdir)
+    agent.start()
+    stack.callback(agent.stop)
+    cluster.policy_agent = agent
     cluster.wait_for_default_service_account("default")
     return cluster
 

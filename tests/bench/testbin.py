@@ -9,8 +9,8 @@ already on ``PATH`` (or in ``$KUBEBUILDER_ASSETS``) is used instead when its ver
 fits. Everything is built from source with the ordinary Go client through the Go
 module proxy (no release downloads): ``go build`` of a tiny generated wrapper module for
 etcd and the Kubernetes servers (their own go.mod files carry ``replace`` directives,
-which ``go install pkg@version`` refuses), ``go install`` for MinIO, helm and promtool,
-and the collector's own builder (ocb) for the OpenTelemetry Collector.
+which ``go install pkg@version`` refuses), ``go install`` for MinIO, helm, promtool and
+kube-router, and the collector's own builder (ocb) for the OpenTelemetry Collector.
 
 A build writes into a temporary file next to its final place and renames it there, so
 an interrupted build never leaves half a binary, and a per-binary lock file keeps two
@@ -58,6 +58,11 @@ OTELCOL_VERSION = "v0.165.0"
 # promtool checks and unit-tests the chart's alert rules. Prometheus v3 tags its Go
 # module v0.3xx.y (v3.16.0 is v0.316.0).
 PROMETHEUS_VERSION = "v0.316.0"
+# The real node's NetworkPolicy agent (tests/bench/policy_agent.py): kube-router's firewall
+# alone (iptables and ipset). kube-network-policies, which kind's networking uses, queues
+# packets with nftables' `queue` expression, which this machine's kernel lacks
+# (CONFIG_NFT_QUEUE is off). The proxy serves kube-router v2 only at v2.1.0.
+KUBE_ROUTER_VERSION = "v2.1.0"
 
 _DEFAULT_GO = "/usr/local/go/bin/go"
 # The control plane's servers, kubectl, and what a node runs (tests/bench/real_node.py).
@@ -475,6 +480,16 @@ _BINARIES: dict[str, _Binary] = {
             "github.com/rancher/local-path-provisioner", LOCAL_PATH_PROVISIONER_VERSION, "-s -w"
         ),
         lambda path: False,
+    ),
+    "kube-router": _Binary(
+        "kube-router",
+        KUBE_ROUTER_VERSION,
+        _go_install_builder(
+            "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router",
+            KUBE_ROUTER_VERSION,
+            "-s -w",
+        ),
+        lambda path: False,  # the bench's policy agent is always the pinned build
     ),
 }
 

@@ -114,9 +114,9 @@ class ToolGate:
 @pytest.fixture(scope="session")
 def tool_gate(real_node: Any) -> Iterator[ToolGate]:
     """A :class:`ToolGate` on the real node's bridge."""
-    from tests.bench.node_network import NodeSubnet
+    from tests.bench.node_network import TEST_SERVERS_ADDRESS
 
-    gate = ToolGate(NodeSubnet(0).gateway)
+    gate = ToolGate(TEST_SERVERS_ADDRESS)
     gate.start()
     try:
         yield gate

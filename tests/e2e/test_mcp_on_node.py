@@ -3,7 +3,8 @@ node: headers come from a Secret by reference, and a server that cannot be reach
 loss the status names.
 
 The MCP server is the tests' own (``tests/agents/mcp_server.py``, the SDK's MCPServer)
-on this machine, listening on the real node's bridge address: pods reach it there, and
+on this machine, listening on the real node's bridge (the tests' servers' address, which
+the bench's NetworkPolicy opens to run pods): pods reach it there, and
 nothing outside the machine does. These tests need the real node (they skip on a cluster
 of your own, which cannot reach the bridge).
 """
@@ -36,9 +37,9 @@ def run_name() -> str:
 def test_an_mcp_header_comes_from_a_secret_through_the_pod(
     node_env: Environment, mcp_servers: Callable[..., MCPTestServer]
 ) -> None:
-    from tests.bench.node_network import NodeSubnet
+    from tests.bench.node_network import TEST_SERVERS_ADDRESS
 
-    server = mcp_servers(host=NodeSubnet(0).gateway)
+    server = mcp_servers(host=TEST_SERVERS_ADDRESS)
     name = run_name()
     token = f"Bearer {uuid.uuid4().hex}"
     secret = {

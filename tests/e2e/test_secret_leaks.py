@@ -10,8 +10,8 @@ for every value: the runner's and the operator's logs, the AgentRuns' status, th
 the saved history (the raw objects and ``alpineagents show``), and the termination
 messages.
 
-The model is a scripted server of the test's own on the node's bridge address (pods
-reach it there), so it needs the real node: it skips on a cluster of your own.
+The model is a scripted server of the test's own on the node's bridge (the tests' servers'
+address: pods reach it there), so it needs the real node: it skips on a cluster of your own.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ for item in client.list_objects(where.bucket, recursive=True):
 def leaky(node_env: Environment) -> Iterator[tuple[Environment, ModelServer, str]]:
     """The environment, a scripted model pods can reach, and a prefix for Secret names."""
     e2e = node_env
-    from tests.bench.node_network import NodeSubnet
+    from tests.bench.node_network import TEST_SERVERS_ADDRESS
 
     prefix = f"leak-{uuid.uuid4().hex[:6]}"
     for name, data in [
@@ -69,7 +69,7 @@ def leaky(node_env: Environment) -> Iterator[tuple[Environment, ModelServer, str
             "stringData": data,
         }
         e2e.kubectl("apply", "-f", "-", input=yaml.safe_dump(secret))
-    with ModelServer(host=NodeSubnet(0).gateway) as model:
+    with ModelServer(host=TEST_SERVERS_ADDRESS) as model:
         yield e2e, model, prefix
 
 
