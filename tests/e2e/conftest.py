@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.bench.helm import Helm
+from tests.bench.infra import missing
 from tests.bench.tool_gate import ToolGate
 from tests.e2e.environment import (
     Environment,
@@ -42,11 +43,10 @@ def e2e(request: pytest.FixtureRequest, helm: Helm) -> Iterator[Environment]:
 def node_env(e2e: Environment) -> Environment:
     """The e2e environment, for tests that need the bench's own real node (its tool gate,
     its kubelet, its host): they do not run against a cluster of your own."""
-    # The one skip of the e2e suite: only a cluster of your own (ALPINEAGENTS_E2E_KUBECONFIG,
-    # which .ci/run never sets) has no bench node; without it the e2e fixture starts the
-    # node, or fails under ALPINEAGENTS_REQUIRE_INFRA.
+    # Only a cluster of your own (ALPINEAGENTS_E2E_KUBECONFIG, which .ci/run never sets)
+    # has no bench node: these tests skip there, and fail under ALPINEAGENTS_REQUIRE_INFRA.
     if e2e.real_node is None:
-        pytest.skip("needs the bench's real node (ALPINEAGENTS_E2E_KUBECONFIG is set)")
+        missing("the bench's real node", "unset ALPINEAGENTS_E2E_KUBECONFIG to run it")
     return e2e
 
 
