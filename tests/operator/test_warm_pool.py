@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from alpineagents import Message, State, StateFencedError, open_store
+from alpineagents import StateFencedError, open_store
 from alpineagents.pod_contract import STANDBY_LABEL, Assignment, standby_prefix
 from alpineagents.store.s3.standby_boxes import StandbyBoxes
 from alpineagents.testing import ModelServer, reply, tool_use
@@ -62,6 +62,9 @@ from tests.bench.runner_process import (
     child_env,
     wait_for_file,
 )
+from tests.operator.test_reconciler_faults import Kube as RunsKube
+from tests.operator.test_reconciler_faults import interrupted_run as interrupted_in
+from tests.operator.test_reconciler_faults import status
 
 JSON = dict[str, Any]
 GROUP, VERSION, PLURAL = "alpineagents.dev", "v1", "agentruns"
@@ -211,35 +214,11 @@ def test_an_assignment_reads_back_as_written_and_nothing_else_passes() -> None:
 
 
 # ------------------------------------------------------------------------------ the bench
-class Kube:
+class Kube(RunsKube):
     """What the tests read and write through the API server, as kubectl or a kubelet."""
 
-    def __init__(self, plane: ControlPlane, namespace: str) -> None:
-        from kubernetes import client
-
-        self.plane = plane
-        self.namespace = namespace
-        api = plane.api_client()
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
-
-    def create_run(self, name: str, **spec: Any) -> JSON:
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "AgentRun",
-            "metadata": {"name": name, "namespace": self.namespace},
-            "spec": {"model": "claude-sonnet-5", "prompt": "hi", **spec},
-        }
-        created: JSON = self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, body
-        )
-        return created
-
     def status(self, name: str) -> JSON:
-        body = self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name
-        )
-        return dict(body.get("status") or {})
+        return status(self.run(name))
 
     def standbys(self, *, waiting: bool = True) -> list[Any]:
         selector = f"{STANDBY_LABEL}=true" if waiting else STANDBY_LABEL
@@ -349,27 +328,7 @@ def standby_process(
 
 def interrupted_run(kube: Kube, url: str, root: dict[str, str], name: str) -> str:
     """An AgentRun whose pod 1 was lost after saving its first message, due to resume."""
-    body = kube.create_run(name, restartPolicy={"initialBackoffSeconds": 0})
-    state_id = f"{kube.namespace}.{name}.{body['metadata']['uid'][:8]}"
-    open_store(url, env=root).save(State(state_id, [Message.user("hi")]))
-    kube.custom.patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
-        kube.namespace,
-        PLURAL,
-        name,
-        {
-            "status": {
-                "phase": "Interrupted",
-                "attempt": 1,
-                "pod": f"{name}-1",
-                "restarts": 1,
-                "stateId": state_id,
-                "nextAttemptAt": format_time(datetime(2020, 1, 1, tzinfo=UTC)),
-            }
-        },
-    )
-    return state_id
+    return interrupted_in(kube, open_store(url, env=root), name)
 
 
 async def eventually(check: Any) -> Any:
