@@ -125,6 +125,12 @@ class OperatorConfig:
     warm_pool: int = 0
     """Standby runner pods kept waiting in each namespace (:mod:`.standby_pool`)."""
 
+    @property
+    def named_namespaces(self) -> tuple[str, ...]:
+        """The entries of :attr:`namespaces` that name one namespace (not a glob or a
+        ``!glob``): each is listed on its own, which a namespaced Role allows."""
+        return tuple(n for n in self.namespaces if not set(n) & set("*?[!"))
+
     def watches_namespace(self, namespace: str) -> bool:
         """Whether :attr:`namespaces` takes in ``namespace``, as kopf matches them: each
         entry on its own, a glob (``!glob``: every namespace but those)."""

@@ -230,16 +230,11 @@ class RunCredentialIssuer:
                 self.lifetime,
             )
             if to_secret and standby is not None:
-                pod = {
-                    "metadata": {
-                        "name": standby.name,
-                        "namespace": run.namespace,
-                        "uid": standby.uid,
-                    }
-                }
                 await asyncio.to_thread(
                     self.cluster.apply_secret,
-                    standby_credentials_secret(pod, credentials),
+                    standby_credentials_secret(
+                        run.namespace, standby.name, standby.uid, credentials
+                    ),
                     probably_exists=True,
                 )
             elif to_secret:

@@ -123,8 +123,8 @@ def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     )
     # With exact namespace names there is nothing to discover: scanning would list
     # namespaces and CRDs cluster-wide, which the chart's namespaced RBAC refuses.
-    exact = config.namespaces and not any(set(n) & set("*?[!") for n in config.namespaces)
-    settings.scanning.disabled = bool(exact)
+    exact = bool(config.namespaces) and config.named_namespaces == config.namespaces
+    settings.scanning.disabled = exact
     settings.peering.standalone = not config.peering
     if config.peering:
         settings.peering.name = config.peering

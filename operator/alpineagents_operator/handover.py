@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from .cluster import failure_text
 from .config import OperatorConfig
 from .credential_issuer import RunCredentialIssuer
-from .decide import Decision, claim_refusal
+from .decide import Decision
 from .standby_pool import StandbyPool, StandbyView, pool_misfit
 from .views import AgentRunView, PodView, Refusal, pod_name_for
 
@@ -71,13 +71,12 @@ async def hand_over(
     credentials: RunCredentialIssuer,
     fence: Callable[[], Awaitable[str | None]],
     after_claim: Callable[[], Awaitable[Decision | None]] | None,
-    claim_failures: dict[tuple[str, str], int],
+    claim_counted: Callable[[Decision, str | None], Refusal | None],
 ) -> Handed | Redo | NotHanded:
     """Claim the State (``fence``) and mint the pod's credentials, then hand the run to
     ``standby``. ``after_claim`` decides again from the State as claimed (None: the
-    decision needs no claim); ``claim_failures`` counts failed claims by run, for the
-    backoff (as for a pod of its own)."""
-    key = (run.namespace, run.name)
+    decision needs no claim); ``claim_counted`` turns the claim's failure into the run's
+    refusal, counted for the backoff as for a pod of its own (None: claimed)."""
     attempt = decision.create_pod
     assert attempt is not None
     pod = PodView(name=standby.name, uid=standby.uid)
@@ -91,11 +90,9 @@ async def hand_over(
         if again is not None and again.create_pod != decision.create_pod:
             return Redo(again)
         decision = again or decision
-    if fenced is not None:
-        failures = claim_failures[key] = claim_failures.get(key, 0) + 1
-        return NotHanded(claim_refusal(run, attempt, fenced, failures))
-    if decision.claim_state:
-        claim_failures.pop(key, None)
+    failed_claim = claim_counted(decision, fenced)
+    if failed_claim is not None:
+        return NotHanded(failed_claim)
     if isinstance(minted, str):
         return NotHanded(Refusal("CredentialsUnavailable", minted, final=False))
     if not await pool.hand(run, attempt, standby, minted):

@@ -152,7 +152,12 @@ def spec_secret(run: AgentRunView, attempt: int) -> JSON:
 
 def uses_run_credentials(run: AgentRunView, config: OperatorConfig) -> bool:
     """Whether the run's pods get credentials of their own (per-run mode, an S3 store)."""
-    return config.per_run_credentials and store_url(run, config).lower().startswith("s3://")
+    return per_run_credentials_for(store_url(run, config), config)
+
+
+def per_run_credentials_for(url: str, config: OperatorConfig) -> bool:
+    """Whether pods on the store at ``url`` get credentials of their own."""
+    return config.per_run_credentials and url.lower().startswith("s3://")
 
 
 def run_resources(run: AgentRunView | None, config: OperatorConfig) -> JSON:
@@ -214,18 +219,14 @@ def standby_manifest(namespace: str, name: str, config: OperatorConfig) -> JSON:
     spec, State id, attempt and credentials) comes later in its assignment. Its store
     credentials, in ``<name>-store-credentials``, reach only its own standby folder
     until the operator puts the run's in their place."""
-    per_run = config.per_run_credentials and config.store.lower().startswith("s3://")
+    per_run = per_run_credentials_for(config.store, config)
     env: list[JSON] = [
         {"name": ENV_STANDBY_ID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         {"name": ENV_STORE, "value": config.store},
         {"name": ENV_TERMINATION_MESSAGE_PATH, "value": TERMINATION_MESSAGE_PATH},
         *_common_env(config, per_run),
     ]
-    secret_names = [
-        str(item["name"]) for item in env if "secretKeyRef" in (item.get("valueFrom") or {})
-    ]
-    if secret_names:
-        env.append({"name": ENV_SECRET_NAMES, "value": ",".join(secret_names)})
+    _name_secret_values(env)
     metadata: JSON = {
         "name": name,
         "namespace": namespace,
@@ -400,7 +401,13 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
     ]
     taken = {item.get("name") for item in theirs if isinstance(item, dict)}
     env = [item for item in ours if item["name"] not in taken] + theirs
-    # Tell the runner which values come from Secrets, so it masks them wherever it writes.
+    _name_secret_values(env)
+    return env
+
+
+def _name_secret_values(env: list[Any]) -> None:
+    """Tell the runner which of ``env``'s values come from Secrets (appended), so it masks
+    them wherever it writes."""
     from_secrets = [
         str(item["name"])
         for item in env
@@ -408,4 +415,3 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
     ]
     if from_secrets:
         env.append({"name": ENV_SECRET_NAMES, "value": ",".join(from_secrets)})
-    return env

@@ -269,9 +269,7 @@ class Reconciler:
     def _listed_namespaces(self) -> list[str | None]:
         """Named namespaces are listed one by one (a namespaced Role allows no more); only
         when there are none (cluster-wide, or glob patterns only) is the whole cluster."""
-        named: list[str | None] = [
-            n for n in self.config.namespaces if not any(c in n for c in "*?[")
-        ]
+        named: list[str | None] = list(self.config.named_namespaces)
         return named or [None]
 
     async def step_logged(self, key: RunKey) -> None:
@@ -462,7 +460,7 @@ class Reconciler:
                     after_claim=(
                         (lambda: self._decide_after_claim(run, redecide)) if redecide else None
                     ),
-                    claim_failures=self._claim_failures,
+                    claim_counted=lambda now, fenced: self._claim_counted(run, now, fenced),
                 )
                 if isinstance(handed, Redo):
                     return await self._apply(run, body, replace(handed.decision, claim_state=False))
@@ -584,14 +582,11 @@ class Reconciler:
         """Create the decision's pod unless its State could not be claimed, its
         credentials minted or its spec Secret written; returns why it was not started,
         else whether the pod was created (False: it existed already)."""
-        key = (run.namespace, run.name)
         attempt = decision.create_pod
         assert attempt is not None
-        if fenced is not None:
-            failures = self._claim_failures[key] = self._claim_failures.get(key, 0) + 1
-            return claim_refusal(run, attempt, fenced, failures)
-        if decision.claim_state:
-            self._claim_failures.pop(key, None)
+        failed_claim = self._claim_counted(run, decision, fenced)
+        if failed_claim is not None:
+            return failed_claim
         if blocked is not None:
             return Refusal("CredentialsUnavailable", blocked, final=False)
         if refusal is None:
@@ -601,6 +596,20 @@ class Reconciler:
             except PodRefused as error:
                 refusal = error
         return pod_refusal(run, attempt, refusal.status, refusal.message)
+
+    def _claim_counted(
+        self, run: AgentRunView, decision: Decision, fenced: str | None
+    ) -> Refusal | None:
+        """The refusal of a failed claim (``fenced``: why), its backoff growing with each
+        failure in a row of the run's; None: claimed (the count starts again), or no claim."""
+        key = (run.namespace, run.name)
+        if fenced is not None:
+            assert decision.create_pod is not None
+            failures = self._claim_failures[key] = self._claim_failures.get(key, 0) + 1
+            return claim_refusal(run, decision.create_pod, fenced, failures)
+        if decision.claim_state:
+            self._claim_failures.pop(key, None)
+        return None
 
     async def _post_events(self, body: JSON, events: Sequence[RunEvent]) -> None:
         for event in events:

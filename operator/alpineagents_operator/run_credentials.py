@@ -361,21 +361,22 @@ def credentials_secret(run: AgentRunView, credentials: RunCredentials) -> JSON:
     }
 
 
-def standby_credentials_secret(pod: JSON, credentials: RunCredentials) -> JSON:
+def standby_credentials_secret(
+    namespace: str, pod_name: str, pod_uid: str, credentials: RunCredentials
+) -> JSON:
     """The Secret a standby pod mounts its credentials from, owned by (and deleted with)
     the pod; the operator puts the run's in it once it hands the pod a run."""
-    meta = pod["metadata"]
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
         "metadata": {
-            "name": standby_credentials_secret_name(str(meta["name"])),
-            "namespace": meta["namespace"],
+            "name": standby_credentials_secret_name(pod_name),
+            "namespace": namespace,
             "labels": {STANDBY_LABEL: "true"},
             "annotations": {EXPIRES_ANNOTATION: _format(credentials.expires_at)},
             "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+                {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid}
             ],
         },
         "data": {

@@ -35,6 +35,7 @@ from .cluster import Cluster, failure_text
 from .config import OperatorConfig
 from .pods import (
     owner_reference,
+    per_run_credentials_for,
     run_labels,
     standby_credentials_secret_name,
     standby_manifest,
@@ -152,7 +153,7 @@ class StandbyPool:
         self._renew_at: dict[str, datetime] = {}
         self._boxes: StandbyBoxes | None = None
         self._access: StsAccess | None = None
-        self.per_run = config.per_run_credentials and config.store.lower().startswith("s3://")
+        self.per_run = per_run_credentials_for(config.store, config)
 
     @property
     def enabled(self) -> bool:
@@ -210,8 +211,7 @@ class StandbyPool:
     async def keep_namespaces(self, run_namespaces: set[str]) -> None:
         """Keep the pool of each namespace the operator names (of each where runs are,
         when it watches patterns or the whole cluster); one failing stops no other."""
-        named = [n for n in self.config.namespaces if not any(c in n for c in "*?[")]
-        for namespace in sorted(set(named) or run_namespaces):
+        for namespace in sorted(set(self.config.named_namespaces) or run_namespaces):
             try:
                 await self.keep(namespace)
             except Exception as error:  # any failure: tried again at the next resync
@@ -288,7 +288,6 @@ class StandbyPool:
         if due is not None and due > now:
             return True
         lifetime = timedelta(seconds=self.config.run_credentials_seconds)
-        pod = {"metadata": {"name": standby.name, "namespace": namespace, "uid": standby.uid}}
         try:
             access = self._sts_access()
             credentials = await asyncio.to_thread(
@@ -296,7 +295,7 @@ class StandbyPool:
             )
             await asyncio.to_thread(
                 self.cluster.apply_secret,
-                standby_credentials_secret(pod, credentials),
+                standby_credentials_secret(namespace, standby.name, standby.uid, credentials),
                 probably_exists=due is not None,
             )
         except Exception as error:  # any failure: logged; the pod waits for its Secret
