@@ -18,6 +18,14 @@ from tests.e2e.environment import (
 )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``bench_node`` every test that asks for the bench's own node, so a run against a
+    cluster of your own deselects them (``-m "not bench_node"``) rather than skipping them."""
+    for item in items:
+        if "node_env" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.bench_node)
+
+
 @pytest.fixture(scope="session")
 def e2e(request: pytest.FixtureRequest, helm: Helm) -> Iterator[Environment]:
     """The chart, installed and running, in a fresh namespace (see tests/e2e/environment.py).
@@ -43,8 +51,9 @@ def e2e(request: pytest.FixtureRequest, helm: Helm) -> Iterator[Environment]:
 def node_env(e2e: Environment) -> Environment:
     """The e2e environment, for tests that need the bench's own real node (its tool gate,
     its kubelet, its host): they do not run against a cluster of your own."""
-    # Only a cluster of your own (ALPINEAGENTS_E2E_KUBECONFIG, which .ci/run never sets)
-    # has no bench node: these tests skip there, and fail under ALPINEAGENTS_REQUIRE_INFRA.
+    # Only a cluster of your own (ALPINEAGENTS_E2E_KUBECONFIG) has no bench node. Such runs
+    # deselect these tests (-m "not bench_node", as tests/kind does); one that does not is
+    # told so: a skip on a user's machine, a failure under ALPINEAGENTS_REQUIRE_INFRA.
     if e2e.real_node is None:
         missing("the bench's real node", "unset ALPINEAGENTS_E2E_KUBECONFIG to run it")
     return e2e
@@ -54,7 +63,7 @@ def node_env(e2e: Environment) -> Environment:
 def gate(node_env: Environment, tool_gate: ToolGate) -> ToolGate:
     """The real node's tool gate, which holds a run's tool call until a test releases it.
 
-    ``node_env`` comes first, so on a cluster of your own the test skips before the gate
+    ``node_env`` comes first, so on a cluster of your own the test stops before the gate
     (and the bench node under it) is asked for.
     """
     return tool_gate
