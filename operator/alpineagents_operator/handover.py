@@ -76,7 +76,37 @@ async def hand_over(
     """Claim the State (``fence``) and mint the pod's credentials, then hand the run to
     ``standby``. ``after_claim`` decides again from the State as claimed (None: the
     decision needs no claim); ``claim_counted`` turns the claim's failure into the run's
-    refusal, counted for the backoff as for a pod of its own (None: claimed)."""
+    refusal, counted for the backoff as for a pod of its own (None: claimed). A standby
+    not handed the run is released to the pool (:meth:`~.standby_pool.StandbyPool.pick`)."""
+    handed: Handed | Redo | NotHanded | None = None
+    try:
+        handed = await _hand_over(
+            run,
+            decision,
+            standby,
+            pool=pool,
+            credentials=credentials,
+            fence=fence,
+            after_claim=after_claim,
+            claim_counted=claim_counted,
+        )
+        return handed
+    finally:
+        if not isinstance(handed, Handed):  # picked for nothing: another resume may pick it
+            pool.release(run.namespace, standby)
+
+
+async def _hand_over(
+    run: AgentRunView,
+    decision: Decision,
+    standby: StandbyView,
+    *,
+    pool: StandbyPool,
+    credentials: RunCredentialIssuer,
+    fence: Callable[[], Awaitable[str | None]],
+    after_claim: Callable[[], Awaitable[Decision | None]] | None,
+    claim_counted: Callable[[Decision, str | None], Refusal | None],
+) -> Handed | Redo | NotHanded:
     attempt = decision.create_pod
     assert attempt is not None
     pod = PodView(name=standby.name, uid=standby.uid)

@@ -151,6 +151,9 @@ class StandbyPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._emptied: set[str] = set()
         self._renew_at: dict[str, datetime] = {}
+        # Standbys picked for a hand-over, per namespace: concurrent resumes each take
+        # another one.
+        self._picked: dict[str, set[str]] = {}
         self._boxes: StandbyBoxes | None = None
         self._access: StsAccess | None = None
         self.per_run = per_run_credentials_for(config.store, config)
@@ -160,12 +163,25 @@ class StandbyPool:
         return self.size > 0 and self.config.store.lower().startswith("s3://")
 
     async def pick(self, namespace: str) -> StandbyView | None:
-        """A waiting standby whose runner runs (None: none is ready)."""
+        """A waiting standby whose runner runs and that no other hand-over has picked
+        (None: none is). It stays picked: the caller hands it a run or :meth:`releases
+        <release>` it."""
         if not self.enabled:
             return None
         pods = await asyncio.to_thread(self.cluster.list_standbys, namespace)
         views = [StandbyView.from_pod(p) for p in pods]
-        return next((s for s in views if s.waiting and s.ready), None)
+        # Between the listing and here nothing awaits: two picks never choose the same one.
+        # Without this, a burst of resumes all chose the first standby; one relabel won
+        # and the rest fell back to pods of their own, after writing over its assignment.
+        picked = self._picked.setdefault(namespace, set())
+        standby = next((s for s in views if s.waiting and s.ready and s.uid not in picked), None)
+        if standby is not None:
+            picked.add(standby.uid)
+        return standby
+
+    def release(self, namespace: str, standby: StandbyView) -> None:
+        """``standby`` was picked but not handed a run: another hand-over may pick it."""
+        self._picked.get(namespace, set()).discard(standby.uid)
 
     async def hand(
         self,
@@ -248,8 +264,15 @@ class StandbyPool:
             self._emptied.add(namespace)
             return
         async with self._lock:
+            picked_before = set(self._picked.get(namespace, ()))
             pods = await asyncio.to_thread(self.cluster.list_standbys, namespace)
             views = [StandbyView.from_pod(p) for p in pods]
+            # A handed standby stays listed (labelled taken) while it runs its run: it
+            # stays picked, so a pick whose listing predates its hand-over skips it. Only
+            # pods picked before this listing and absent from it are gone for good.
+            gone = picked_before - {s.uid for s in views}
+            if gone:
+                self._picked[namespace] -= gone
             moves = pool_moves(views, self.size)
             for standby in moves.remove:
                 await self._remove(namespace, standby)

@@ -485,6 +485,40 @@ async def test_a_standby_on_a_stale_assignment_is_fenced_off_by_the_next_hand_ov
         reconciler.close()
 
 
+async def test_runs_resuming_at_once_each_go_to_a_standby_of_their_own(
+    kube: Kube, root: dict[str, str], store_url: str, pool_config: OperatorConfig, emptied: None
+) -> None:
+    # A drain stops many pods at once: each resume must get its own standby, with its own
+    # run's assignment, not a pod of its own because another resume took the same one.
+    cluster = Cluster(kube.plane.api_client())
+    pool = StandbyPool(replace(pool_config, warm_pool=3), cluster, env=root)
+    reconciler = Reconciler(
+        pool_config, cluster, open_store=lambda url: open_store(url, env=root), pool=pool
+    )
+    try:
+        await pool.keep(kube.namespace)
+        standbys = kube.standbys()
+        for pod in standbys:
+            kube.running(pod.metadata.name)
+        names = [f"r-{uuid.uuid4().hex[:6]}" for _ in standbys]
+        state_ids = {name: interrupted_run(kube, store_url, root, name) for name in names}
+
+        await asyncio.gather(*(reconciler.reconcile(kube.namespace, name) for name in names))
+
+        boxes = StandbyBoxes.open(store_url, root)
+        by_name = {pod.metadata.name: pod.metadata.uid for pod in standbys}
+        pods = {name: kube.status(name)["pod"] for name in names}
+        assert sorted(pods.values()) == sorted(by_name), pods
+        for name, pod_name in pods.items():
+            assignment = boxes.take(by_name[pod_name])
+            assert assignment is not None, f"{pod_name} holds no assignment"
+            assert (assignment.run, assignment.state_id) == (name, state_ids[name])
+            handed = kube.core.read_namespaced_pod(pod_name, kube.namespace)
+            assert handed.metadata.labels[f"{GROUP}/run"] == name
+    finally:
+        reconciler.close()
+
+
 async def test_a_standby_that_dies_is_replaced_and_takes_what_it_had_with_it(
     kube: Kube, root: dict[str, str], store_url: str, pool_config: OperatorConfig, emptied: None
 ) -> None:
