@@ -392,7 +392,7 @@ def _gone(pod: str) -> Callable[[PodEvent], bool]:
     return lambda e: e.name == pod and (e.finished or e.type == "DELETED")
 
 
-def _cue(pod: str) -> Callable[[PodEvent], bool]:
+def loss_cue(pod: str) -> Callable[[PodEvent], bool]:
     """The first event the operator can act on: the pod deleting (with a store that
     fences it replaces such a pod at once), finished or gone."""
     return lambda e: e.name == pod and (e.deleting or e.finished or e.type == "DELETED")
@@ -430,7 +430,7 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
     for name in names:
         first, second = f"{name}-1", f"{name}-2"
         loss = losses[name]
-        loss.observed = watch.wait_for(_cue(first), f"{first} lost").at
+        loss.observed = watch.wait_for(loss_cue(first), f"{first} lost").at
         loss.created = watch.wait_for(pod_added(second), f"{second} created").at
         loss.scheduled = watch.wait_for(_reached(second, "scheduled"), f"{second} bound").at
         loss.sandbox = watch.wait_for(_reached(second, "sandbox"), f"{second} sandbox").at

@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +43,10 @@ from .resume_latency import (
     NAMESPACE,
     RUN_RESOURCES,
     Loss,
+    PodEvent,
     PodWatch,
-    _cue,
     entry_times,
+    loss_cue,
     real_node,
     run_manifest,
     wait_all_succeeded,
@@ -66,6 +69,12 @@ def ready_standby(core: Any) -> str:
     raise TimeoutError("no standby became ready")
 
 
+def second_attempt(run: str) -> Callable[[PodEvent], bool]:
+    """The first event of the pod that carries ``run``'s attempt 2 (a standby relabelled,
+    or a new pod added)."""
+    return lambda e: e.run == run and e.attempt == "2"
+
+
 def one_loss(cluster: Any, gate: Any, watch: PodWatch, *, pooled: bool) -> Loss:
     from kubernetes import client
 
@@ -84,8 +93,8 @@ def one_loss(cluster: Any, gate: Any, watch: PodWatch, *, pooled: bool) -> Loss:
     loss = Loss(name)
     loss.issued = time.time()
     core.delete_namespaced_pod(f"{name}-1", NAMESPACE)
-    loss.observed = watch.wait_for(_cue(f"{name}-1"), f"{name}-1 lost").at
-    taken = watch.wait_for(lambda e: e.run == name and e.attempt == "2", f"{name} attempt 2's pod")
+    loss.observed = watch.wait_for(loss_cue(f"{name}-1"), f"{name}-1 lost").at
+    taken = watch.wait_for(second_attempt(name), f"{name} attempt 2's pod")
     loss.created = taken.at
     if pooled != (taken.name == standby):
         raise RuntimeError(
@@ -137,6 +146,165 @@ def idle_cost(pid: int) -> tuple[float, float]:
     return rss_kib / 1024, share
 
 
+def waiting_standby_ids() -> set[str]:
+    """The standby ids (pod uids) whose runner on this machine is waiting: imported and
+    polling its store folder, which it does over a socket it keeps open (the imports come
+    first, so a socket means they are done)."""
+    found: set[str] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            command = (entry / "cmdline").read_bytes()
+            ids = [
+                v.split(b"=", 1)[1] for v in environ if v.startswith(b"ALPINEAGENTS_STANDBY_ID=")
+            ]
+            if b"alpineagents" not in command or not ids:
+                continue
+            sockets = any(os.readlink(fd).startswith("socket:") for fd in (entry / "fd").iterdir())
+        except OSError:
+            continue
+        if sockets:
+            found.add(ids[0].decode())
+    return found
+
+
+def wait_pool_waiting(core: Any, size: int) -> set[str]:
+    """Wait until ``size`` standbys run and wait for a run; returns their pod names."""
+    deadline = time.monotonic() + DEADLINE
+    seen: set[str] = set()  # a socket between two polls may be closed when looked at
+    while True:
+        seen |= waiting_standby_ids()
+        pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"{STANDBY_LABEL}=true").items
+        running = {
+            pod.metadata.uid: pod.metadata.name
+            for pod in pods
+            if not pod.metadata.deletion_timestamp
+            and any(s.state.running for s in pod.status.container_statuses or [])
+        }
+        waiting = {name for uid, name in running.items() if uid in seen}
+        if len(waiting) >= size:
+            return waiting
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(waiting)} of {size} standbys waiting after {DEADLINE:.0f} s")
+        time.sleep(1.0)  # the pool starting: before the measured burst
+
+
+@dataclass
+class BurstResult:
+    """One burst: each run's loss, whether a waiting standby took it, and the load."""
+
+    losses: list[Loss]
+    to_standby: int
+    call_starts: dict[str, int]
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+
+
+def one_burst(cluster: Any, gate: Any, watch: PodWatch, size: int) -> BurstResult:
+    """``size`` runs whose pods would be the pool's, each held in its tool call, then all
+    their first pods deleted in one ``kubectl delete`` (graceful stops, not waited for)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.plane.api_client())
+    names = [f"wb-{uuid.uuid4().hex[:6]}" for _ in range(size)]
+    documents = []
+    for name in names:
+        manifest = run_manifest(name, gate.command(name))
+        del manifest["spec"]["resources"]  # the chart's runs.resources: the pool's pods'
+        del manifest["spec"]["env"]
+        documents.append(manifest)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(documents))
+    for name in names:
+        gate.wait_started(name, timeout=DEADLINE)
+    standbys = wait_pool_waiting(core, size)
+    load_before = os.getloadavg()
+    issued = time.time()
+    cluster.kubectl("delete", "pod", *[f"{n}-1" for n in names], "-n", NAMESPACE, "--wait=false")
+    losses = {n: Loss(n, issued=issued) for n in names}
+    to_standby = 0
+    for name in names:
+        loss = losses[name]
+        loss.observed = watch.wait_for(loss_cue(f"{name}-1"), f"{name}-1 lost").at
+        taken = watch.wait_for(second_attempt(name), f"{name} attempt 2's pod")
+        loss.created = taken.at
+        to_standby += taken.name in standbys
+    states = wait_all_succeeded(cluster, names)
+    load_after = os.getloadavg()
+    times = entry_times(cluster, list(states.values()))
+    for name, state_id in states.items():
+        loss = losses[name]
+        after = [t for t in times[state_id] if t > loss.created]
+        if not after:
+            raise RuntimeError(f"run {name} Succeeded with no entry saved after its resume")
+        loss.first_save = min(after)
+        if not loss.issued <= loss.observed <= loss.created <= loss.first_save:
+            raise RuntimeError(f"run {name}: times out of order: {loss}")
+    starts = {n: gate.starts(n) for n in names}
+    cluster.kubectl("delete", "agentruns", *names, "-n", NAMESPACE, "--wait=false")
+    return BurstResult([losses[n] for n in names], to_standby, starts, load_before, load_after)
+
+
+def measure_burst(workdir: Path, size: int) -> BurstResult:
+    from tests.bench.node_network import NodeSubnet
+    from tests.bench.tool_gate import ToolGate
+
+    chart = {"runs": {"warmPool": size, "resources": RUN_RESOURCES}}
+    with real_node(workdir, chart_values=chart) as cluster:
+        gate = ToolGate(NodeSubnet(0).gateway)
+        gate.start()
+        watch = PodWatch(cluster.plane.api_client())
+        try:
+            watch.start()
+            return one_burst(cluster, gate, watch, size)
+        finally:
+            watch.stop()
+            gate.stop()
+
+
+def burst_page(result: BurstResult, size: int, began: float) -> list[str]:
+    losses = result.losses
+    whole = [x.total for x in losses]
+    once = sum(1 for n in result.call_starts.values() if n == 1)
+
+    def cells(values: list[float]) -> str:
+        return (
+            f"{percentile(values, 0.5):.2f} | {percentile(values, 0.95):.2f} | {max(values):.2f} s"
+        )
+
+    def load(values: tuple[float, float, float]) -> str:
+        return " / ".join(f"{v:.1f}" for v in values)
+
+    return [
+        f"# {size} graceful stops at once with a warm pool of {size}",
+        "",
+        f"Measured by `python -m benchmarks.warm_pool --burst {size}` on "
+        f"{time.strftime('%Y-%m-%d', time.gmtime(began))}. Machine: {machine()}; load "
+        f"average {load(result.load_before)} before the deletes, "
+        f"{load(result.load_after)} when every run had Succeeded (the machine is shared).",
+        "",
+        f"The chart with `runs.warmPool: {size}`; {size} runs whose pods would be the "
+        f"pool's, each held in its tool call; once {size} standbys were running and "
+        f"waiting (their runner imported and polling the store), all {size} runs' first "
+        "pods deleted in one `kubectl delete pod ... --wait=false`. Times per run from "
+        "that command to the first entry saved after the run's attempt-2 pod appeared "
+        "(the standby's relabelling, or a new pod's creation).",
+        "",
+        "| phase | p50 | p95 | max |",
+        "|---|---:|---:|---:|",
+        f"| delete issued → loss observed | {cells([x.observed - x.issued for x in losses])} |",
+        f"| operator: loss observed → replacement | {cells([x.operator for x in losses])} |",
+        f"| replacement → first saved entry | {cells([x.rest for x in losses])} |",
+        f"| **whole: delete issued → first saved entry** | {cells(whole)} |",
+        "",
+        f"{result.to_standby} of {size} runs resumed in a waiting standby, "
+        f"{size - result.to_standby} in a pod of their own. Every run Succeeded; "
+        f"{once} of {size} tool calls started exactly once (the gate's count).",
+        "",
+    ]
+
+
 def measure(workdir: Path, rounds: int) -> tuple[list[Loss], list[Loss], tuple[float, float]]:
     from tests.bench.node_network import NodeSubnet
     from tests.bench.tool_gate import ToolGate
@@ -171,9 +339,19 @@ def _cell(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.warm_pool")
     parser.add_argument("--rounds", type=int, default=5, help="losses of each kind (5)")
+    parser.add_argument(
+        "--burst", type=int, default=0, help="instead: N graceful stops at once, pool of N"
+    )
     parser.add_argument("--out", type=Path, required=True, help="where to write the page")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     began = time.time()
+    if args.burst:
+        with tempfile.TemporaryDirectory(prefix="alpineagents-bench-") as folder:
+            result = measure_burst(Path(folder), args.burst)
+        page = burst_page(result, args.burst, began)
+        args.out.write_text("\n".join(page), encoding="utf-8")
+        print("\n".join(page))
+        return 0
     with tempfile.TemporaryDirectory(prefix="alpineagents-bench-") as folder:
         pooled, own, (rss, cpu) = measure(Path(folder), args.rounds)
 
