@@ -94,6 +94,11 @@ CASES: dict[str, Callable[[list[str]], Values]] = {
         "monitoring": {"grafanaDashboard": {"enabled": True}},
         "viewer": {"enabled": True, "traceUrl": "http://jaeger:16686/trace/{trace_id}"},
     },
+    "warm-pool": lambda ns: {
+        "watchNamespaces": [ns[1], ns[2]],
+        "anthropic": {"apiKey": "sk-ant-example"},
+        "runs": {"warmPool": 2},
+    },
     "own-service-account-no-rbac": lambda ns: {
         "serviceAccount": {"create": False, "name": "alpineagents"},
         "rbac": {"create": False},
@@ -449,6 +454,54 @@ def test_cluster_wide_rbac_adds_only_what_kopf_needs_to_follow_the_cluster(helm:
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     }
     assert _operator_settings(objects)["ALPINEAGENTS_NAMESPACES"] == ""
+
+
+def _rules_on_rbac(role: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in role["rules"] if r["apiGroups"] == ["rbac.authorization.k8s.io"]]
+
+
+def test_the_warm_pool_adds_what_it_needs_and_its_standbys_go_with_the_release(
+    helm: Helm,
+) -> None:
+    namespaces = _namespaces()
+    objects = helm.template(CASES["warm-pool"](namespaces), namespace=namespaces[0])
+    _leader_role(objects)
+    pool = {("", "pods", "patch"), ("", "secrets", "delete")}
+    own = "test-alpineagents-operator"
+    assert _rules(objects, "Role") == _OPERATOR_NEEDS | pool | {
+        ("rbac.authorization.k8s.io", "roles", "get")
+    }
+    # Waiting standbys are owned by the operator's Role in their namespace: it may read
+    # that one Role, no other.
+    for role in _kinds(objects)["Role"]:
+        assert _rules_on_rbac(role) == [
+            {
+                "apiGroups": ["rbac.authorization.k8s.io"],
+                "resources": ["roles"],
+                "resourceNames": [own],
+                "verbs": ["get"],
+            }
+        ]
+    from alpineagents_operator.config import OperatorConfig
+
+    settings = _operator_settings(objects)
+    assert OperatorConfig.from_env(settings).warm_pool_owner == ("Role", own)
+
+    wide = helm.template({"clusterWide": True, "runs": {"warmPool": 1}})
+    (cluster_role,) = _kinds(wide)["ClusterRole"]
+    assert _rules_on_rbac(cluster_role) == [
+        {
+            "apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["clusterroles"],
+            "resourceNames": [f"{own}-default"],
+            "verbs": ["get"],
+        }
+    ]
+    owner = _operator_settings(wide)["ALPINEAGENTS_WARM_POOL_OWNER"]
+    assert owner == f"ClusterRole/{own}-default"
+    # Without a pool, or with RBAC of your own, there is nothing to name.
+    for values in ({}, {"rbac": {"create": False}, "runs": {"warmPool": 1}}):
+        assert _operator_settings(helm.template(values))["ALPINEAGENTS_WARM_POOL_OWNER"] == ""
 
 
 def _can(plane: ControlPlane, service_account: str, verb: str, resource: str, ns: str) -> bool:

@@ -96,6 +96,7 @@ class Cluster:
         self._api_client = api_client
         self._core: Any = client.CoreV1Api(api_client)
         self._custom: Any = client.CustomObjectsApi(api_client)
+        self._rbac: Any = client.RbacAuthorizationV1Api(api_client)
         self._instance = socket.gethostname()
 
     def close(self) -> None:
@@ -244,6 +245,26 @@ class Cluster:
         created: JSON = json.loads(_finish(response))
         return created
 
+    def rbac_owner(self, namespace: str, kind: str, name: str) -> JSON:
+        """An owner reference to the ``Role`` ``name`` in ``namespace`` or the
+        ``ClusterRole`` ``name`` (what owns waiting standbys, see
+        :attr:`~.config.OperatorConfig.warm_pool_owner`)."""
+        if kind == "Role":
+            response = self._rbac.read_namespaced_role(
+                name, namespace, _preload_content=False, _request_timeout=_TIMEOUT
+            )
+        else:
+            response = self._rbac.read_cluster_role(
+                name, _preload_content=False, _request_timeout=_TIMEOUT
+            )
+        meta = json.loads(_finish(response))["metadata"]
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": kind,
+            "name": name,
+            "uid": meta["uid"],
+        }
+
     def hand_standby(
         self,
         namespace: str,
@@ -252,8 +273,8 @@ class Cluster:
         owner: JSON,
         annotations: Mapping[str, str],
     ) -> bool:
-        """Turn a waiting standby pod into a run's pod: its labels and its owner. Only if it
-        is still waiting (a JSON-patch ``test`` of its standby label); False if it is not
+        """Turn a waiting standby pod into a run's pod: its labels and its owner (the run
+        alone, in place of the pool's owner). Only if it is still waiting (a JSON-patch ``test`` of its standby label); False if it is not
         (taken, or gone)."""
         from kubernetes.client.exceptions import ApiException
 

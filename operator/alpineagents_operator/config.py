@@ -51,6 +51,10 @@ in each namespace where AgentRuns run.
                                        (their traces: the chart's ``telemetry``)
 ``ALPINEAGENTS_WARM_POOL``             standby runner pods kept per namespace (default
                                        0: none; see standby_pool)
+``ALPINEAGENTS_WARM_POOL_OWNER``       ``Role/<name>`` (in each namespace) or
+                                       ``ClusterRole/<name>``: the installation's object
+                                       that owns waiting standbys, so they go with it
+                                       ("" = none; the chart names its own RBAC)
 =====================================  ==============================================
 """
 
@@ -124,6 +128,11 @@ class OperatorConfig:
     ``spec.env`` may override them."""
     warm_pool: int = 0
     """Standby runner pods kept waiting in each namespace (:mod:`.standby_pool`)."""
+    warm_pool_owner: tuple[str, str] | None = None
+    """(kind, name) of the object that owns waiting standbys: ``Role`` (the one of that
+    name in the standby's namespace) or ``ClusterRole``. The chart names its operator's
+    RBAC, which ``helm uninstall`` deletes: the garbage collector then takes the
+    standbys. None: standbys have no owner until they are handed a run."""
 
     @property
     def named_namespaces(self) -> tuple[str, ...]:
@@ -237,8 +246,22 @@ class OperatorConfig:
             protected_secrets=_names(text("ALPINEAGENTS_PROTECTED_SECRETS", "")),
             allowed_stores=_names(text("ALPINEAGENTS_ALLOWED_STORES", "")),
             warm_pool=_count(text("ALPINEAGENTS_WARM_POOL", "0"), "ALPINEAGENTS_WARM_POOL"),
+            warm_pool_owner=_pool_owner(text("ALPINEAGENTS_WARM_POOL_OWNER", "")),
             run_otel_env=_otel_env(text("ALPINEAGENTS_RUN_OTEL_ENV", "")),
         )
+
+
+def _pool_owner(text: str) -> tuple[str, str] | None:
+    """``ALPINEAGENTS_WARM_POOL_OWNER``: ``Role/<name>`` or ``ClusterRole/<name>``."""
+    if not text.strip():
+        return None
+    kind, _, name = text.strip().partition("/")
+    if kind not in ("Role", "ClusterRole") or not name or "/" in name:
+        raise ValueError(
+            "ALPINEAGENTS_WARM_POOL_OWNER must be Role/<name> or ClusterRole/<name> (the "
+            f"object that owns waiting standbys), got {text!r}"
+        )
+    return kind, name
 
 
 def _max_resources(text: str) -> dict[str, str]:

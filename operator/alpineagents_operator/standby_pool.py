@@ -11,7 +11,9 @@ owner, and ``status.pod`` names it. A new standby starts behind it (:meth:`Stand
 :meth:`StandbyPool.keep` keeps N waiting standbys per namespace: it starts missing ones
 (each with credentials that reach its own folder only, renewed while it waits) and
 removes dead or surplus ones with their Secret, their folder and their credentials
-(revoked). With N = 0 it removes every waiting standby once and then asks nothing more
+(revoked). Waiting standbys are owned by the installation's RBAC object (the chart's
+operator Role or ClusterRole, ``config.warm_pool_owner``), so ``helm uninstall`` takes
+them too; a standby handed a run is owned by the run instead. With N = 0 it removes every waiting standby once and then asks nothing more
 of the API server. :func:`pool_moves` and :func:`pool_misfit` are the plain decisions,
 tested without Kubernetes.
 """
@@ -52,6 +54,7 @@ from .run_credentials import (
 from .views import (
     ATTEMPT_LABEL,
     CONTAINER_NAME,
+    JSON,
     STANDBY_POD_PREFIX,
     STATE_ANNOTATION,
     AgentRunView,
@@ -155,6 +158,7 @@ class StandbyPool:
         # another one.
         self._picked: dict[str, set[str]] = {}
         self._boxes: StandbyBoxes | None = None
+        self._owners: dict[str, JSON] = {}
         self._access: StsAccess | None = None
         self.per_run = per_run_credentials_for(config.store, config)
 
@@ -290,6 +294,9 @@ class StandbyPool:
     async def _start(self, namespace: str) -> None:
         name = STANDBY_POD_PREFIX + secrets.token_hex(5)
         manifest = standby_manifest(namespace, name, self.config)
+        owner = await self._owner(namespace)
+        if owner is not None:
+            manifest["metadata"]["ownerReferences"] = [owner]
         try:
             created = await asyncio.to_thread(self.cluster.create_standby, manifest)
         except Exception as error:  # any failure: the next keep tries again
@@ -300,6 +307,29 @@ class StandbyPool:
             await self._remove(namespace, standby)  # no credentials: of no use
             return
         _log.info("%s: started standby %s", namespace, name)
+
+    async def _owner(self, namespace: str) -> JSON | None:
+        """The owner of ``namespace``'s waiting standbys (None: none is set, or it cannot
+        be read: the standby starts anyway, and ``helm uninstall`` would leave it)."""
+        if self.config.warm_pool_owner is None:
+            return None
+        kind, name = self.config.warm_pool_owner
+        key = namespace if kind == "Role" else ""
+        if key not in self._owners:
+            try:
+                self._owners[key] = await asyncio.to_thread(
+                    self.cluster.rbac_owner, namespace, kind, name
+                )
+            except Exception as error:  # any failure: an owner-less standby, tried again
+                _log.warning(
+                    "%s: standbys started without their owner %s/%s: %s",
+                    namespace,
+                    kind,
+                    name,
+                    failure_text(error),
+                )
+                return None
+        return self._owners[key]
 
     async def _renew_if_due(self, namespace: str, standby: StandbyView) -> bool:
         """Mint the standby's own credentials into its Secret when they are due (at

@@ -49,6 +49,8 @@ DEADLINE = 120.0
 # old container to end (a fencing store decides who writes), so when its claim for the
 # replacement reaches the store first that save is refused and the new pod closes the call
 # ``unknown``. Either way the call is closed once and not run again.
+STANDBYS_WAITING = "alpineagents.dev/standby=true"
+"""Label selector of the warm pool's waiting standbys."""
 CLOSED_ON_STOP = ("shell failed: (aborted", "shell failed: (unknown")
 """Seconds any one awaited condition may take: a safety net, not a measurement."""
 
@@ -366,6 +368,42 @@ def wait_for_run(
             last = None if event["type"] == "DELETED" else event["object"]
             if until(last):
                 return last
+
+
+def wait_for_pods(
+    env: Environment, selector: str, until: Callable[[list[Any]], bool], what: str
+) -> list[Any]:
+    """Watch the pods of ``selector`` until ``until(pods)`` holds; fails after DEADLINE
+    seconds with the pods as they were."""
+    from kubernetes import client, watch
+
+    core = client.CoreV1Api(env.api_client)
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        listing = core.list_namespaced_pod(env.namespace, label_selector=selector)
+        pods = {p.metadata.name: p for p in listing.items}
+        if until(list(pods.values())):
+            return list(pods.values())
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"pods {selector} never {what}: {sorted(pods)}")
+        stream = watch.Watch().stream(
+            core.list_namespaced_pod,
+            env.namespace,
+            label_selector=selector,
+            resource_version=listing.metadata.resource_version,
+            timeout_seconds=max(1, int(remaining)),
+        )
+        for event in stream:
+            if event["type"] in ("ERROR", "BOOKMARK"):
+                break
+            pod = event["object"]
+            if event["type"] == "DELETED":
+                pods.pop(pod.metadata.name, None)
+            else:
+                pods[pod.metadata.name] = pod
+            if until(list(pods.values())):
+                return list(pods.values())
 
 
 def wait_phase(env: Environment, name: str, phase: str, timeout: float = 300.0) -> JSON:

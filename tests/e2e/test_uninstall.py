@@ -1,5 +1,6 @@
 """``helm uninstall`` keeps what runs saved: the bundled MinIO's volume and the AgentRuns
-outlive the release, and a new install of it finds every saved State again.
+outlive the release, and a new install of it finds every saved State again. What the
+release ran for no run goes with it: the warm pool's waiting standbys.
 
 The release here is one of its own, with the chart's default MinIO persistence (a
 PersistentVolumeClaim). On the bench's real node a hostPath PersistentVolume stands in
@@ -21,11 +22,13 @@ import yaml
 
 from tests.bench.helm import Helm
 from tests.e2e.environment import (
+    STANDBYS_WAITING,
     ClusterEnvironment,
     Environment,
     apply_run,
     in_phase,
     status,
+    wait_for_pods,
     wait_for_run,
     wait_until_operator_watches,
 )
@@ -91,7 +94,12 @@ def test_helm_uninstall_leaves_the_saved_states_and_a_reinstall_finds_them(
     }
     volumes = _volume(env, env.namespace) if env.real_node is not None else iter([""])
     minio["persistence"]["storageClass"] = next(volumes)
-    values = {**e2e.values, "minio": minio, "operator": {"resyncSeconds": 5, "replicas": 1}}
+    values = {
+        **e2e.values,
+        "minio": minio,
+        "operator": {"resyncSeconds": 5, "replicas": 1},
+        "runs": {**e2e.values.get("runs", {}), "warmPool": 1},
+    }
     try:
         helm.install(RELEASE, env.namespace, env.kubeconfig, values, "--wait", "--timeout=5m")
         wait_until_operator_watches(env)
@@ -100,8 +108,13 @@ def test_helm_uninstall_leaves_the_saved_states_and_a_reinstall_finds_them(
         saved = env.history(done["stateId"])
         assert saved and [e["kind"] for e in saved].count("model_reply") == 1
 
+        wait_for_pods(env, STANDBYS_WAITING, lambda pods: len(pods) == 1, "one waiting")
+
         helm.run("uninstall", RELEASE, "--namespace", env.namespace, "--wait",
                  kubeconfig=env.kubeconfig)  # fmt: skip
+        # The standby was owned by the release's operator Role: the garbage collector
+        # deletes it once the Role is gone.
+        wait_for_pods(env, STANDBYS_WAITING, lambda pods: not pods, "removed with the release")
         # The volume and the AgentRun are not the release's to delete.
         claim = json.loads(env.kubectl("get", "pvc", CLAIM, "-o", "json").stdout)
         assert claim["status"]["phase"] == "Bound"

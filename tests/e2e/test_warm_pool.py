@@ -8,9 +8,7 @@ the real ones, as a user installs them (``benchmarks/warm_pool.py`` measures the
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,52 +18,16 @@ from tests.bench.helm import Helm
 from tests.bench.tool_gate import ToolGate
 from tests.e2e.environment import (
     CLOSED_ON_STOP,
-    DEADLINE,
     JSON,
+    STANDBYS_WAITING,
     Environment,
     gated,
     upgrade_release,
+    wait_for_pods,
     wait_phase,
 )
 
 pytestmark = pytest.mark.e2e
-WAITING = "alpineagents.dev/standby=true"
-
-
-def wait_for_pods(
-    env: Environment, selector: str, until: Callable[[list[Any]], bool], what: str
-) -> list[Any]:
-    """Watch the pods of ``selector`` until ``until(pods)`` holds; fails after DEADLINE
-    seconds with the pods as they were."""
-    from kubernetes import client, watch
-
-    core = client.CoreV1Api(env.api_client)
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        listing = core.list_namespaced_pod(env.namespace, label_selector=selector)
-        pods = {p.metadata.name: p for p in listing.items}
-        if until(list(pods.values())):
-            return list(pods.values())
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise AssertionError(f"pods {selector} never {what}: {sorted(pods)}")
-        stream = watch.Watch().stream(
-            core.list_namespaced_pod,
-            env.namespace,
-            label_selector=selector,
-            resource_version=listing.metadata.resource_version,
-            timeout_seconds=max(1, int(remaining)),
-        )
-        for event in stream:
-            if event["type"] in ("ERROR", "BOOKMARK"):
-                break
-            pod = event["object"]
-            if event["type"] == "DELETED":
-                pods.pop(pod.metadata.name, None)
-            else:
-                pods[pod.metadata.name] = pod
-            if until(list(pods.values())):
-                return list(pods.values())
 
 
 def running(pod: Any) -> bool:
@@ -98,7 +60,10 @@ def test_a_lost_pod_resumes_in_the_waiting_standby_and_a_pool_of_zero_leaves_non
     upgrade_release(node_env, helm, {"runs": {**runs, "warmPool": 1}})
     try:
         [standby] = wait_for_pods(
-            node_env, WAITING, lambda pods: len(pods) == 1 and running(pods[0]), "one running"
+            node_env,
+            STANDBYS_WAITING,
+            lambda pods: len(pods) == 1 and running(pods[0]),
+            "one running",
         )
         name = f"wp-{uuid.uuid4().hex[:6]}"
         apply_pool_run(node_env, name, gated(gate, name))
@@ -115,9 +80,11 @@ def test_a_lost_pod_resumes_in_the_waiting_standby_and_a_pool_of_zero_leaves_non
         ).stdout
         assert f'"alpineagents.dev/run":"{name}"' in handed, handed
         # A new standby waits behind the one handed the run.
-        [behind] = wait_for_pods(node_env, WAITING, lambda pods: len(pods) == 1, "refilled")
+        [behind] = wait_for_pods(
+            node_env, STANDBYS_WAITING, lambda pods: len(pods) == 1, "refilled"
+        )
         assert behind.metadata.name != standby.metadata.name
     finally:
         upgrade_release(node_env, helm, {"runs": runs})
     # runs.warmPool back to 0: the operator removes every waiting standby.
-    wait_for_pods(node_env, WAITING, lambda pods: not pods, "all removed")
+    wait_for_pods(node_env, STANDBYS_WAITING, lambda pods: not pods, "all removed")

@@ -340,6 +340,11 @@ def test_config_from_the_environment() -> None:
     assert not shared.per_run_credentials and shared.run_credentials_seconds == 900
     with pytest.raises(ValueError, match="sts or shared"):
         OperatorConfig.from_env({"ALPINEAGENTS_RUN_CREDENTIALS": "maybe"})
+    owned = OperatorConfig.from_env({"ALPINEAGENTS_WARM_POOL_OWNER": "ClusterRole/op-ns"})
+    assert owned.warm_pool_owner == ("ClusterRole", "op-ns")
+    assert OperatorConfig.from_env({}).warm_pool_owner is None
+    with pytest.raises(ValueError, match="ALPINEAGENTS_WARM_POOL_OWNER must be Role/<name>"):
+        OperatorConfig.from_env({"ALPINEAGENTS_WARM_POOL_OWNER": "Deployment/op"})
     limits = OperatorConfig.from_env(
         {"ALPINEAGENTS_RUN_RESOURCES": '{"limits": {"memory": "2Gi", "cpu": "1"}}'}
     )

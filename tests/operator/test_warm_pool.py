@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from alpineagents import StateFencedError, open_store
 from alpineagents.pod_contract import STANDBY_LABEL, Assignment, standby_prefix
@@ -284,11 +285,23 @@ def store_url(minio: S3Server) -> str:
     return f"s3://{minio.bucket}/{minio.unique_prefix()}?endpoint={minio.endpoint}&secure=false"
 
 
+POOL_OWNER = "the-operators-role"
+
+
 @pytest.fixture
 def pool_config(kube: Kube, store_url: str) -> OperatorConfig:
-    # Per-run credentials (sts, the default): each standby and each run its own.
+    # Per-run credentials (sts, the default): each standby and each run its own. The
+    # operator's Role, as the chart makes it, owns the waiting standbys.
+    role = {"metadata": {"name": POOL_OWNER}, "rules": []}
+    client.RbacAuthorizationV1Api(kube.plane.api_client()).create_namespaced_role(
+        kube.namespace, role
+    )
     return OperatorConfig(
-        namespaces=(kube.namespace,), store=store_url, image="alpineagents:pool", warm_pool=1
+        namespaces=(kube.namespace,),
+        store=store_url,
+        image="alpineagents:pool",
+        warm_pool=1,
+        warm_pool_owner=("Role", POOL_OWNER),
     )
 
 
@@ -381,6 +394,9 @@ async def test_a_lost_run_resumes_in_a_standby_and_the_lost_pod_can_write_no_mor
     try:
         await pool.keep(kube.namespace)
         [pod] = kube.standbys()
+        # Waiting, it is the installation's (it goes with the chart's Role on uninstall).
+        [waiting_owner] = pod.metadata.owner_references
+        assert (waiting_owner.kind, waiting_owner.name) == ("Role", POOL_OWNER)
         own = as_env(kube.secret_data(f"{pod.metadata.name}-store-credentials"))
         runner = standby_process(kube, pod, store_url, model_server, tmp_path)
         runners.append(runner)

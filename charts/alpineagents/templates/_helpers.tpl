@@ -282,6 +282,22 @@ seccompProfile:
 {{- end -}}
 
 {{/* The operator's permissions on the objects it works with (Role or ClusterRole). */}}
+{{/*
+What owns the warm pool's waiting standbys (ALPINEAGENTS_WARM_POOL_OWNER): the operator's
+own Role in each watched namespace, or its ClusterRole; `helm uninstall` deletes it and the
+garbage collector takes the standbys with it. None without a pool, or without rbac.create.
+*/}}
+{{- define "alpineagents.warmPoolOwner" -}}
+{{- if and .Values.rbac.create (gt (int .Values.runs.warmPool) 0) -}}
+{{- $name := printf "%s-operator" (include "alpineagents.fullname" .) -}}
+{{- if .Values.clusterWide -}}
+ClusterRole/{{ $name }}-{{ .Release.Namespace }}
+{{- else -}}
+Role/{{ $name }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "alpineagents.rbac.rules" -}}
 - apiGroups: ["alpineagents.dev"]
   resources: ["agentruns"]
