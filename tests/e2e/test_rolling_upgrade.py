@@ -47,6 +47,9 @@ from tests.paths import REPO
 pytestmark = pytest.mark.e2e
 RUNS = int(os.environ.get("ALPINEAGENTS_UPGRADE_RUNS", "4"))
 """Runs held through the upgrade; half run on through it, half are resumed after it."""
+SMALL = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}}
+"""Each run's resources: 20 runs of the chart's default request (100m CPU) do not fit on
+the bench's 2-CPU node, and the ones left Pending never reach their call."""
 OLD_VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
@@ -93,9 +96,13 @@ def test_a_helm_upgrade_under_load_loses_no_run_and_reruns_no_call(
     stay = [f"up-stay-{uuid.uuid4().hex[:6]}" for _ in range(RUNS // 2)]
     moved = [f"up-move-{uuid.uuid4().hex[:6]}" for _ in range(RUNS - RUNS // 2)]
     for name in stay + moved:
-        apply_run(node_env, name, gated(gate, name))
+        apply_run(node_env, name, gated(gate, name), resources=SMALL)
     for name in stay + moved:
-        gate.wait_started(name, timeout=600)
+        try:
+            gate.wait_started(name, timeout=600)
+        except AssertionError as error:
+            pods = node_env.kubectl("get", "pods", "-o", "wide").stdout
+            raise AssertionError(f"{error}\n{pods}\n{node_env.diagnostics()}") from None
     saved_by_old: dict[str, list[JSON]] = {}
     for name in moved:
         state_id = wait_phase(node_env, name, "Running")["stateId"]
