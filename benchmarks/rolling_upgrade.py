@@ -47,6 +47,8 @@ def measure(runs: int) -> tuple[bool, float, tuple[float, float, float], str]:
         check=False,
     )
     seconds = time.monotonic() - started
+    if result.returncode != 0:
+        print(result.stdout, file=sys.stderr)  # the whole failure, not just the page's tail
     tail = "\n".join(result.stdout.strip().splitlines()[-3:])
     return result.returncode == 0, seconds, os.getloadavg(), tail
 
