@@ -80,14 +80,14 @@ def _pods(cluster: Any) -> dict[str, dict[str, Any]]:
 
 def measure(workdir: Path, runs: int) -> Drained:
     """Drain a node carrying ``runs`` held runs; see the module docstring."""
-    from tests.bench.node_network import NodeSubnet
+    from tests.bench.node_network import TEST_SERVERS_ADDRESS
     from tests.bench.tool_gate import ToolGate
 
     result = Drained(runs)
     with real_node(workdir) as cluster:
         cluster.add_node(DRAINED)
         cluster.add_node(OTHER_WORKER)
-        gate = ToolGate(NodeSubnet(0).gateway)
+        gate = ToolGate(TEST_SERVERS_ADDRESS)
         gate.start()
         watch = PodWatch(cluster.plane.api_client())
         try:

@@ -41,6 +41,7 @@ from .measure import load_average, machine, percentile
 from .resume_latency import (
     DEADLINE,
     NAMESPACE,
+    RELEASE,
     RUN_RESOURCES,
     Loss,
     PodEvent,
@@ -247,20 +248,42 @@ def one_burst(cluster: Any, gate: Any, watch: PodWatch, size: int) -> BurstResul
 
 
 def measure_burst(workdir: Path, size: int) -> BurstResult:
-    from tests.bench.node_network import NodeSubnet
+    from tests.bench.node_network import TEST_SERVERS_ADDRESS
     from tests.bench.tool_gate import ToolGate
 
     chart = {"runs": {"warmPool": size, "resources": RUN_RESOURCES}}
     with real_node(workdir, chart_values=chart) as cluster:
-        gate = ToolGate(NodeSubnet(0).gateway)
+        gate = ToolGate(TEST_SERVERS_ADDRESS)
         gate.start()
         watch = PodWatch(cluster.plane.api_client())
         try:
             watch.start()
             return one_burst(cluster, gate, watch, size)
+        except Exception:
+            _print_node_state(cluster)
+            raise
         finally:
             watch.stop()
             gate.stop()
+
+
+def _print_node_state(cluster: Any) -> None:
+    """What to read when a burst fails: every pod of the namespace and the operator's log."""
+    for args in (
+        ("get", "pods", "-n", NAMESPACE, "-o", "wide"),
+        ("get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp"),
+        (
+            "logs",
+            f"deployment/{RELEASE}-alpineagents-operator",
+            "-n",
+            NAMESPACE,
+            "-c",
+            "operator",
+            "--tail=80",
+        ),
+    ):
+        result = cluster.kubectl(*args, check=False)
+        print(f"$ kubectl {' '.join(args)}\n{result.stdout}{result.stderr}", file=sys.stderr)
 
 
 def burst_page(result: BurstResult, size: int, began: float) -> list[str]:
@@ -306,12 +329,12 @@ def burst_page(result: BurstResult, size: int, began: float) -> list[str]:
 
 
 def measure(workdir: Path, rounds: int) -> tuple[list[Loss], list[Loss], tuple[float, float]]:
-    from tests.bench.node_network import NodeSubnet
+    from tests.bench.node_network import TEST_SERVERS_ADDRESS
     from tests.bench.tool_gate import ToolGate
 
     chart = {"runs": {"warmPool": 1, "resources": RUN_RESOURCES}}
     with real_node(workdir, chart_values=chart) as cluster:
-        gate = ToolGate(NodeSubnet(0).gateway)
+        gate = ToolGate(TEST_SERVERS_ADDRESS)
         gate.start()
         watch = PodWatch(cluster.plane.api_client())
         pooled: list[Loss] = []
