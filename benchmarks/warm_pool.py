@@ -192,6 +192,20 @@ def wait_pool_waiting(core: Any, size: int) -> set[str]:
         time.sleep(1.0)  # the pool starting: before the measured burst
 
 
+SETTLED_LOAD = 4.0
+SETTLE_LIMIT = 300.0
+
+
+def settle() -> None:
+    """Wait until the machine is about as busy as before the pool started (1-minute load
+    average under :data:`SETTLED_LOAD`, for at most :data:`SETTLE_LIMIT` seconds): a pool
+    is warm long before the losses it takes, and starting 2N pods at once keeps 2 CPUs
+    busy for a while after the last standby waits."""
+    deadline = time.monotonic() + SETTLE_LIMIT
+    while os.getloadavg()[0] > SETTLED_LOAD and time.monotonic() < deadline:
+        time.sleep(5.0)  # before the measured burst
+
+
 @dataclass
 class BurstResult:
     """One burst: each run's loss, whether a waiting standby took it, and the load."""
@@ -220,6 +234,7 @@ def one_burst(cluster: Any, gate: Any, watch: PodWatch, size: int) -> BurstResul
     for name in names:
         gate.wait_started(name, timeout=DEADLINE)
     standbys = wait_pool_waiting(core, size)
+    settle()
     load_before = os.getloadavg()
     issued = time.time()
     cluster.kubectl("delete", "pod", *[f"{n}-1" for n in names], "-n", NAMESPACE, "--wait=false")
@@ -310,7 +325,9 @@ def burst_page(result: BurstResult, size: int, began: float) -> list[str]:
         f"The chart with `runs.warmPool: {size}`; {size} runs whose pods would be the "
         f"pool's, each held in its tool call; once {size} standbys were running and "
         f"waiting (their runner imported and polling the store), all {size} runs' first "
-        "pods deleted in one `kubectl delete pod ... --wait=false`. Times per run from "
+        "pods deleted in one `kubectl delete pod ... --wait=false`, once the machine had "
+        f"settled (1-minute load average under {SETTLED_LOAD:.0f}, or "
+        f"{SETTLE_LIMIT:.0f} s after the last standby waited). Times per run from "
         "that command to the first entry saved after the run's attempt-2 pod appeared "
         "(the standby's relabelling, or a new pod's creation).",
         "",

@@ -157,6 +157,13 @@ class StandbyPool:
         # Standbys picked for a hand-over, per namespace: concurrent resumes each take
         # another one.
         self._picked: dict[str, set[str]] = {}
+        # Standbys an earlier operator handed a run (listed once, before this one hands
+        # any): one that still looks waiting was never relabelled, as its operator
+        # stopped between the assignment and the labels. It runs that run until the
+        # run's next claim fences it; it must never be handed another.
+        self._handed_earlier: asyncio.Future[set[str]] | None = None
+        # Standbys relabelled after their hand-over whose mark is still in the store.
+        self._to_unmark: set[str] = set()
         self._boxes: StandbyBoxes | None = None
         self._owners: dict[str, JSON] = {}
         self._access: StsAccess | None = None
@@ -172,13 +179,21 @@ class StandbyPool:
         <release>` it."""
         if not self.enabled:
             return None
+        handed_earlier = await self._handed_before_us()
         pods = await asyncio.to_thread(self.cluster.list_standbys, namespace)
         views = [StandbyView.from_pod(p) for p in pods]
         # Between the listing and here nothing awaits: two picks never choose the same one.
         # Without this, a burst of resumes all chose the first standby; one relabel won
         # and the rest fell back to pods of their own, after writing over its assignment.
         picked = self._picked.setdefault(namespace, set())
-        standby = next((s for s in views if s.waiting and s.ready and s.uid not in picked), None)
+        standby = next(
+            (
+                s
+                for s in views
+                if s.waiting and s.ready and s.uid not in picked and s.uid not in handed_earlier
+            ),
+            None,
+        )
         if standby is not None:
             picked.add(standby.uid)
         return standby
@@ -224,7 +239,9 @@ class StandbyPool:
             owner_reference(run),
             {STATE_ANNOTATION: run.state_id},
         )
-        if not handed:
+        if handed:
+            self._to_unmark.add(standby.uid)  # by the keep that follows a hand-over
+        else:
             await asyncio.to_thread(boxes.clear, standby.uid)
         return handed
 
@@ -277,6 +294,22 @@ class StandbyPool:
             gone = picked_before - {s.uid for s in views}
             if gone:
                 self._picked[namespace] -= gone
+            handed_earlier = await self._handed_before_us()
+            stale = [
+                s
+                for s in views
+                if s.waiting
+                and s.uid in handed_earlier
+                and s.uid not in self._picked.get(namespace, ())
+            ]
+            for standby in stale:  # ends the run it runs sooner than the run's next claim
+                _log.warning(
+                    "%s: standby %s was handed a run but not relabelled: removed",
+                    namespace,
+                    standby.name,
+                )
+                await self._remove(namespace, standby)
+            views = [s for s in views if s not in stale]
             moves = pool_moves(views, self.size)
             for standby in moves.remove:
                 await self._remove(namespace, standby)
@@ -286,10 +319,28 @@ class StandbyPool:
             for standby in views:
                 if standby.waiting and not standby.gone and standby.uid not in removed:
                     await self._renew_if_due(namespace, standby)
-                elif not standby.waiting and standby.uid in self._renew_at:
-                    await self._retire_credentials(namespace, standby)
+                elif not standby.waiting:
+                    if standby.uid in self._to_unmark or standby.uid in handed_earlier:
+                        await self._unmark(namespace, standby)
+                    if standby.uid in self._renew_at:
+                        await self._retire_credentials(namespace, standby)
             if self.size == 0:
                 self._emptied.add(namespace)
+
+    async def _handed_before_us(self) -> set[str]:
+        """The standbys of this store handed a run before this operator handed any (the
+        first caller lists them; the others wait for that listing)."""
+        if self._handed_earlier is None:
+            self._handed_earlier = asyncio.ensure_future(
+                asyncio.to_thread(self._boxes_of_store().handed)
+            )
+        listing = self._handed_earlier
+        try:
+            return await asyncio.shield(listing)
+        except Exception:
+            if self._handed_earlier is listing:  # not read: the next caller tries again
+                self._handed_earlier = None
+            raise
 
     async def _start(self, namespace: str) -> None:
         name = STANDBY_POD_PREFIX + secrets.token_hex(5)
@@ -361,6 +412,21 @@ class StandbyPool:
             return False
         self._renew_at[standby.uid] = renew_at(credentials.expires_at, lifetime)
         return True
+
+    async def _unmark(self, namespace: str, standby: StandbyView) -> None:
+        try:
+            await asyncio.to_thread(self._boxes_of_store().unmark, standby.uid)
+        except Exception as error:  # any failure: the next keep tries again
+            _log.warning(
+                "%s: standby %s: hand-over mark not removed yet: %s",
+                namespace,
+                standby.name,
+                failure_text(error),
+            )
+            return
+        self._to_unmark.discard(standby.uid)
+        if self._handed_earlier is not None and self._handed_earlier.done():
+            self._handed_earlier.result().discard(standby.uid)
 
     async def _retire_credentials(self, namespace: str, standby: StandbyView) -> None:
         """Revoke the own credentials of a standby handed a run, once it has taken its

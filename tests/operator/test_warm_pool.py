@@ -425,10 +425,12 @@ async def test_a_lost_run_resumes_in_a_standby_and_the_lost_pod_can_write_no_mor
         saved = open_store(store_url, env=root).load(state_id)
         assert saved.answer == "resumed in a standby"
         # The assignment (it held the run's credentials) is nowhere in the store now.
-        assert StandbyBoxes.open(store_url, root).ids() == []
-        # A new standby waits behind it.
+        boxes = StandbyBoxes.open(store_url, root)
+        assert not boxes.holds(pod.metadata.uid)
+        # A new standby waits behind it, and the hand-over's mark is gone.
         [new] = await eventually(lambda: kube.standbys() or None)
         assert new.metadata.name != pod.metadata.name
+        await eventually(lambda: boxes.ids() == [])
         # The handed standby's own credentials go once it has taken its assignment.
         await pool.keep(kube.namespace)
         assert refused_with(own, store_url, pod.metadata.uid)
@@ -579,3 +581,55 @@ async def test_a_pool_of_zero_leaves_no_standby_no_folder_and_no_credentials_beh
     assert boxes.ids() == []
     for pod, credentials in zip(standbys, held, strict=True):
         assert refused_with(credentials, store_url, pod.metadata.uid)
+
+
+async def test_a_standby_an_earlier_operator_handed_but_never_relabelled_gets_no_other_run(
+    kube: Kube, root: dict[str, str], store_url: str, pool_config: OperatorConfig, emptied: None
+) -> None:
+    cluster = Cluster(kube.plane.api_client())
+    earlier = StandbyPool(replace(pool_config, warm_pool=2), cluster, env=root)
+    await earlier.keep(kube.namespace)
+    standbys = kube.standbys()
+    for pod in standbys:
+        kube.running(pod.metadata.name)
+    stale, waiting = standbys
+    # The earlier operator wrote `stale`'s assignment and stopped before relabelling the
+    # pod; the standby took the assignment and runs that run.
+    boxes = StandbyBoxes.open(store_url, root)
+    boxes.put(stale.metadata.uid, Assignment(kube.namespace, "x", {}, "x", 2, store_url, None))
+    assert boxes.take(stale.metadata.uid) is not None
+    restarted = StandbyPool(replace(pool_config, warm_pool=2), cluster, env=root)
+
+    first, second = await restarted.pick(kube.namespace), await restarted.pick(kube.namespace)
+
+    assert first is not None and first.name == waiting.metadata.name
+    assert second is None  # the one left looks waiting but runs a run
+    restarted.release(kube.namespace, first)
+    await restarted.keep(kube.namespace)  # it goes, and a new one waits in its place
+    names = [p.metadata.name for p in kube.standbys(waiting=False)]
+    assert stale.metadata.name not in names and waiting.metadata.name in names
+    assert len(kube.standbys()) == 2
+    assert stale.metadata.uid not in boxes.ids()
+
+
+async def test_a_standby_relabelled_after_its_hand_over_leaves_no_mark_behind(
+    kube: Kube, root: dict[str, str], store_url: str, pool_config: OperatorConfig, emptied: None
+) -> None:
+    cluster = Cluster(kube.plane.api_client())
+    pool = StandbyPool(pool_config, cluster, env=root)
+    await pool.keep(kube.namespace)
+    [standby] = kube.standbys()
+    kube.running(standby.metadata.name)
+    name = f"r-{uuid.uuid4().hex[:6]}"
+    interrupted_run(kube, store_url, root, name)
+    run = AgentRunView.from_body(kube.run(name))
+    picked = await pool.pick(kube.namespace)
+    assert picked is not None
+    assert await pool.hand(run, 2, picked, None)
+    boxes = StandbyBoxes.open(store_url, root)
+    assert boxes.handed() == {standby.metadata.uid}
+
+    await pool.keep(kube.namespace)
+
+    assert boxes.handed() == set()
+    assert boxes.take(standby.metadata.uid) is not None  # its assignment is still there

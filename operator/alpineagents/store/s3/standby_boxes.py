@@ -6,7 +6,8 @@ the operator writes it there when it hands the pod a run. Nothing connects to th
 the standby asks the store, an outgoing request, as it does for every save.
 
 Both sides use :class:`StandbyBoxes`: the operator with the store's key
-(:meth:`~StandbyBoxes.put`, :meth:`~StandbyBoxes.clear`, :meth:`~StandbyBoxes.ids`), a
+(:meth:`~StandbyBoxes.put`, :meth:`~StandbyBoxes.clear`, :meth:`~StandbyBoxes.ids`,
+:meth:`~StandbyBoxes.handed`), a
 standby with credentials that reach its own folder only (:meth:`~StandbyBoxes.take`).
 """
 
@@ -29,6 +30,10 @@ from .credential_files import CredentialFiles
 __all__ = ["StandbyBoxes"]
 
 _ABSENT = frozenset({"NoSuchKey", "NoSuchBucket"})
+# Left beside a handed assignment, and there after the standby took it: an operator
+# started later tells a standby handed a run but never relabelled (its predecessor
+# stopped between the two) from a waiting one.
+_HANDED_NAME = "handed"
 
 
 class StandbyBoxes:
@@ -68,7 +73,10 @@ class StandbyBoxes:
         return self.base + standby_prefix(standby_id) + ASSIGNMENT_NAME
 
     def put(self, standby_id: str, assignment: Assignment) -> None:
-        """Hand ``assignment`` to standby ``standby_id``."""
+        """Hand ``assignment`` to standby ``standby_id`` (marked as handed first, see
+        :meth:`handed`)."""
+        folder = self.base + standby_prefix(standby_id)
+        self.client.put_object(self.bucket, folder + _HANDED_NAME, io.BytesIO(b""), 0)
         data = json.dumps(assignment.to_json(), ensure_ascii=False).encode()
         self.client.put_object(
             self.bucket,
@@ -105,6 +113,30 @@ class StandbyBoxes:
                 return False
             raise
         return True
+
+    def handed(self) -> set[str]:
+        """The standby ids ever handed an assignment here, taken or not (until
+        :meth:`clear`)."""
+        root = self.base + ".standby/"
+        try:
+            listed = list(self.client.list_objects(self.bucket, root, recursive=True))
+        except S3Error as error:
+            if error.code in _ABSENT:
+                return set()
+            raise
+        ends = "/" + _HANDED_NAME
+        return {
+            str(o.object_name)[len(root) :].split("/", 1)[0]
+            for o in listed
+            if str(o.object_name).endswith(ends)
+        }
+
+    def unmark(self, standby_id: str) -> None:
+        """Remove the mark :meth:`put` left (the standby is relabelled: its labels say it
+        was handed a run), and nothing else: its assignment may not be taken yet."""
+        self.client.remove_object(
+            self.bucket, self.base + standby_prefix(standby_id) + _HANDED_NAME
+        )
 
     def clear(self, standby_id: str) -> None:
         """Remove whatever is in ``standby_id``'s folder (its pod is gone or leaves the pool)."""
