@@ -7,6 +7,9 @@ would be the pool's (:func:`pool_misfit` says None), the reconciler claims the S
 before any replacement, then hands the run to a waiting standby (:meth:`StandbyPool.hand`):
 the assignment goes to the store, the pod gets the run's labels and the AgentRun as its
 owner, and ``status.pod`` names it. A new standby starts behind it (:meth:`StandbyPool.keep`).
+The hand-over also leaves a mark in the standby's folder until the relabelled standby
+has taken its assignment: an operator started later never hands a standby that still
+looks waiting but was handed a run (its predecessor stopped before the relabelling).
 
 :meth:`StandbyPool.keep` keeps N waiting standbys per namespace: it starts missing ones
 (each with credentials that reach its own folder only, renewed while it waits) and
@@ -319,11 +322,12 @@ class StandbyPool:
             for standby in views:
                 if standby.waiting and not standby.gone and standby.uid not in removed:
                     await self._renew_if_due(namespace, standby)
-                elif not standby.waiting:
-                    if standby.uid in self._to_unmark or standby.uid in handed_earlier:
-                        await self._unmark(namespace, standby)
-                    if standby.uid in self._renew_at:
-                        await self._retire_credentials(namespace, standby)
+                elif not standby.waiting and (
+                    standby.uid in self._renew_at
+                    or standby.uid in self._to_unmark
+                    or standby.uid in handed_earlier
+                ):
+                    await self._finish_hand_over(namespace, standby, handed_earlier)
             if self.size == 0:
                 self._emptied.add(namespace)
 
@@ -413,30 +417,20 @@ class StandbyPool:
         self._renew_at[standby.uid] = renew_at(credentials.expires_at, lifetime)
         return True
 
-    async def _unmark(self, namespace: str, standby: StandbyView) -> None:
+    async def _finish_hand_over(
+        self, namespace: str, standby: StandbyView, handed_earlier: set[str]
+    ) -> None:
+        """Once a standby relabelled to its run has taken its assignment: revoke its own
+        credentials (it read the assignment with them; the run's are in it) and remove
+        the hand-over's mark. Until then, or when the store refuses, a later keep tries
+        again, in this operator or, by the mark, in one started later."""
+        boxes = self._boxes_of_store()
         try:
-            await asyncio.to_thread(self._boxes_of_store().unmark, standby.uid)
-        except Exception as error:  # any failure: the next keep tries again
-            _log.warning(
-                "%s: standby %s: hand-over mark not removed yet: %s",
-                namespace,
-                standby.name,
-                failure_text(error),
-            )
-            return
-        self._to_unmark.discard(standby.uid)
-        if self._handed_earlier is not None and self._handed_earlier.done():
-            self._handed_earlier.result().discard(standby.uid)
-
-    async def _retire_credentials(self, namespace: str, standby: StandbyView) -> None:
-        """Revoke the own credentials of a standby handed a run, once it has taken its
-        assignment (it reads it with them; the run's are in the assignment). Until
-        then, or when the store refuses, a later keep tries again."""
-        try:
-            if await asyncio.to_thread(self._boxes_of_store().holds, standby.uid):
+            if await asyncio.to_thread(boxes.holds, standby.uid):
                 return
             if self.per_run:
                 await asyncio.to_thread(revoke_standby_credentials, self._sts_access(), standby.uid)
+            await asyncio.to_thread(boxes.unmark, standby.uid)
         except Exception as error:  # any failure: the next keep tries again
             _log.warning(
                 "%s: standby %s: own credentials not revoked yet: %s",
@@ -446,6 +440,8 @@ class StandbyPool:
             )
             return
         self._renew_at.pop(standby.uid, None)
+        self._to_unmark.discard(standby.uid)
+        handed_earlier.discard(standby.uid)
 
     async def _remove(self, namespace: str, standby: StandbyView) -> None:
         """Delete a standby with all it had: its pod, its Secret (the pod owns it, but a

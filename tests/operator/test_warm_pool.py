@@ -427,13 +427,14 @@ async def test_a_lost_run_resumes_in_a_standby_and_the_lost_pod_can_write_no_mor
         # The assignment (it held the run's credentials) is nowhere in the store now.
         boxes = StandbyBoxes.open(store_url, root)
         assert not boxes.holds(pod.metadata.uid)
-        # A new standby waits behind it, and the hand-over's mark is gone.
+        # A new standby waits behind it.
         [new] = await eventually(lambda: kube.standbys() or None)
         assert new.metadata.name != pod.metadata.name
-        await eventually(lambda: boxes.ids() == [])
-        # The handed standby's own credentials go once it has taken its assignment.
+        # The handed standby's own credentials go once it has taken its assignment, and
+        # the hand-over's mark with them.
         await pool.keep(kube.namespace)
         assert refused_with(own, store_url, pod.metadata.uid)
+        assert boxes.ids() == []
 
         kube.exited(pod.metadata.name, 0, runner.message_path.read_text())
         await reconciler.reconcile(kube.namespace, name)
@@ -612,7 +613,7 @@ async def test_a_standby_an_earlier_operator_handed_but_never_relabelled_gets_no
     assert stale.metadata.uid not in boxes.ids()
 
 
-async def test_a_standby_relabelled_after_its_hand_over_leaves_no_mark_behind(
+async def test_a_handed_standby_leaves_no_mark_once_it_took_its_assignment(
     kube: Kube, root: dict[str, str], store_url: str, pool_config: OperatorConfig, emptied: None
 ) -> None:
     cluster = Cluster(kube.plane.api_client())
@@ -628,8 +629,11 @@ async def test_a_standby_relabelled_after_its_hand_over_leaves_no_mark_behind(
     assert await pool.hand(run, 2, picked, None)
     boxes = StandbyBoxes.open(store_url, root)
     assert boxes.handed() == {standby.metadata.uid}
+    await pool.keep(kube.namespace)  # relabelled, but its assignment is not taken yet
+    assert boxes.handed() == {standby.metadata.uid}
+    assert boxes.take(standby.metadata.uid) is not None  # as the standby does
 
-    await pool.keep(kube.namespace)
+    await StandbyPool(pool_config, cluster, env=root).keep(kube.namespace)  # even restarted
 
     assert boxes.handed() == set()
-    assert boxes.take(standby.metadata.uid) is not None  # its assignment is still there
+    assert boxes.ids() == []
