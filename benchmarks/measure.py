@@ -128,6 +128,20 @@ def load_average() -> str:
         return "unknown"
 
 
+SETTLED_LOAD = 4.0
+SETTLE_LIMIT = 300.0
+
+
+def settle() -> None:
+    """Wait until the machine is about as busy as before a scenario's set-up (1-minute
+    load average under :data:`SETTLED_LOAD`, for at most :data:`SETTLE_LIMIT` seconds):
+    the runs a node loses at once, and a warm pool's standbys, started long before the
+    loss, and starting dozens of pods at once keeps 2 CPUs busy for a while after."""
+    deadline = time.monotonic() + SETTLE_LIMIT
+    while os.getloadavg()[0] > SETTLED_LOAD and time.monotonic() < deadline:
+        time.sleep(5.0)  # before the measured burst
+
+
 def machine() -> str:
     """One line naming the machine and the interpreter."""
     return (

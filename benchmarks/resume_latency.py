@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .measure import settle
 from .sizes import ORDER, Sizes
 
 if TYPE_CHECKING:
@@ -419,6 +420,8 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
         gate.wait_started(name, timeout=DEADLINE)
     core = client.CoreV1Api(cluster.plane.api_client())
     losses = {n: Loss(n) for n in names}
+    if size > 1:
+        settle()
     burst = Burst(size, load=os.getloadavg())
 
     def delete(name: str) -> None:
@@ -632,7 +635,9 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
             "mark the run Interrupted; claim the State, issue the pod's credentials and "
             "write its spec Secret at once, create the pod) and the create call; the rest is the kubelet starting the pod, the runner's process start, "
             "the load and the first save, all sharing the 2 CPUs with the "
-            f"{n} pods stopping and starting at once. Load average (1 / 5 / 15 min) at the burst: "
+            f"{n} pods stopping and starting at once. The burst's pods are deleted once the "
+            "machine has settled after their start (`measure.settle`: a node's runs "
+            "started long before they are lost). Load average (1 / 5 / 15 min) at the burst: "
             f"{loads}; at the single losses, 1-minute {single_loads[0]:.1f} to "
             f"{single_loads[-1]:.1f}.",
             "",

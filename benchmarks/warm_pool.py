@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from .measure import load_average, machine, percentile
+from .measure import SETTLE_LIMIT, SETTLED_LOAD, load_average, machine, percentile, settle
 from .resume_latency import (
     DEADLINE,
     NAMESPACE,
@@ -190,20 +190,6 @@ def wait_pool_waiting(core: Any, size: int) -> set[str]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{len(waiting)} of {size} standbys waiting after {DEADLINE:.0f} s")
         time.sleep(1.0)  # the pool starting: before the measured burst
-
-
-SETTLED_LOAD = 4.0
-SETTLE_LIMIT = 300.0
-
-
-def settle() -> None:
-    """Wait until the machine is about as busy as before the pool started (1-minute load
-    average under :data:`SETTLED_LOAD`, for at most :data:`SETTLE_LIMIT` seconds): a pool
-    is warm long before the losses it takes, and starting 2N pods at once keeps 2 CPUs
-    busy for a while after the last standby waits."""
-    deadline = time.monotonic() + SETTLE_LIMIT
-    while os.getloadavg()[0] > SETTLED_LOAD and time.monotonic() < deadline:
-        time.sleep(5.0)  # before the measured burst
 
 
 @dataclass
