@@ -248,12 +248,15 @@ def one_burst(cluster: Any, gate: Any, watch: PodWatch, size: int) -> BurstResul
     return BurstResult([losses[n] for n in names], to_standby, starts, load_before, load_after)
 
 
-def measure_burst(workdir: Path, size: int) -> BurstResult:
+def measure_burst(workdir: Path, size: int, operator_log: Path | None = None) -> BurstResult:
+    """One burst of ``size`` on the real node; ``operator_log``: the operator's log at
+    INFO (each reconcile step's note), written there at the end."""
     from tests.bench.node_network import TEST_SERVERS_ADDRESS
     from tests.bench.tool_gate import ToolGate
 
     chart = {"runs": {"warmPool": size, "resources": RUN_RESOURCES}}
-    with real_node(workdir, chart_values=chart) as cluster:
+    operator = {"logLevel": "INFO"} if operator_log else None
+    with real_node(workdir, operator, chart_values=chart) as cluster:
         gate = ToolGate(TEST_SERVERS_ADDRESS)
         gate.start()
         watch = PodWatch(cluster.plane.api_client())
@@ -266,6 +269,24 @@ def measure_burst(workdir: Path, size: int) -> BurstResult:
         finally:
             watch.stop()
             gate.stop()
+            if operator_log is not None:
+                operator_log.write_text(
+                    cluster.kubectl(*_OPERATOR_LOG, "--timestamps", check=False).stdout
+                )
+
+
+# Every replica's (the leader's is the one that acts), each line prefixed with its pod.
+_OPERATOR_LOG = (
+    "logs",
+    "-l",
+    "app.kubernetes.io/component=operator",
+    "-n",
+    NAMESPACE,
+    "-c",
+    "operator",
+    "--prefix",
+    "--tail=-1",
+)
 
 
 def _print_node_state(cluster: Any) -> None:
@@ -369,11 +390,14 @@ def main(argv: list[str] | None = None) -> int:
         "--burst", type=int, default=0, help="instead: N graceful stops at once, pool of N"
     )
     parser.add_argument("--out", type=Path, required=True, help="where to write the page")
+    parser.add_argument(
+        "--operator-log", type=Path, help="with --burst: the operator's log at INFO, here"
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     began = time.time()
     if args.burst:
         with tempfile.TemporaryDirectory(prefix="alpineagents-bench-") as folder:
-            result = measure_burst(Path(folder), args.burst)
+            result = measure_burst(Path(folder), args.burst, args.operator_log)
         page = burst_page(result, args.burst, began)
         args.out.write_text("\n".join(page), encoding="utf-8")
         print("\n".join(page))

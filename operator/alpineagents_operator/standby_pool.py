@@ -65,6 +65,14 @@ from .views import (
 
 _log = logging.getLogger(__name__)
 
+REFILL_QUIET_SECONDS = 1.0
+"""A pool refills once its namespace has seen no hand-over for this long. Each new
+standby is a pod to start and a runtime to import, about 2 CPU-seconds: started during a
+burst of resumes (a drain), 30 of them took the CPUs from the very runs they stand
+behind, and the operator's part of each resume grew from about 1 s to 10 s."""
+REFILL_WAIT_SECONDS = 10.0
+"""...and at the latest this long after the first hand-over it waits behind."""
+
 _POD_FIELDS = ("env", "envFrom", "resources", "serviceAccountName", "nodeSelector")
 _MORE_POD_FIELDS = ("tolerations", "affinity")
 
@@ -155,6 +163,8 @@ class StandbyPool:
         self._env = dict(os.environ if env is None else env)
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._refilling: set[str] = set()
+        self._refill_after: dict[str, float] = {}
         self._emptied: set[str] = set()
         self._renew_at: dict[str, datetime] = {}
         # Standbys picked for a hand-over, per namespace: concurrent resumes each take
@@ -263,10 +273,27 @@ class StandbyPool:
             task.cancel()
 
     def keep_soon(self, namespace: str) -> None:
-        """:meth:`keep` beside the caller (a standby was just handed a run)."""
-        task = asyncio.create_task(self._keep_logged(namespace))
+        """:meth:`keep` beside the caller (a standby was handed a run, or went), once
+        ``namespace``'s pool has had no such news for :data:`REFILL_QUIET_SECONDS`, and
+        at most :data:`REFILL_WAIT_SECONDS` after the first: a burst of hand-overs is
+        one refill, after the burst rather than during it."""
+        self._refill_after[namespace] = asyncio.get_running_loop().time() + REFILL_QUIET_SECONDS
+        if namespace in self._refilling:
+            return
+        self._refilling.add(namespace)
+        task = asyncio.create_task(self._refill(namespace))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _refill(self, namespace: str) -> None:
+        clock = asyncio.get_running_loop()
+        latest = clock.time() + REFILL_WAIT_SECONDS
+        try:
+            while (wait := min(self._refill_after[namespace], latest) - clock.time()) > 0:
+                await asyncio.sleep(wait)
+        finally:
+            self._refilling.discard(namespace)
+        await self._keep_logged(namespace)
 
     async def _keep_logged(self, namespace: str) -> None:
         try:
