@@ -248,21 +248,15 @@ def one_burst(cluster: Any, gate: Any, watch: PodWatch, size: int) -> BurstResul
     return BurstResult([losses[n] for n in names], to_standby, starts, load_before, load_after)
 
 
-def measure_burst(
-    workdir: Path, size: int, operator_log: Path | None = None, operator_cpu: str | None = None
-) -> BurstResult:
+def measure_burst(workdir: Path, size: int, operator_log: Path | None = None) -> BurstResult:
     """One burst of ``size`` on the real node; ``operator_log``: the operator's log at
-    INFO (each reconcile step's note), written there at the end; ``operator_cpu``: the
-    operator's CPU request instead of the chart's."""
+    INFO (each reconcile step's note), written there at the end."""
     from tests.bench.node_network import TEST_SERVERS_ADDRESS
     from tests.bench.tool_gate import ToolGate
 
     chart = {"runs": {"warmPool": size, "resources": RUN_RESOURCES}}
-    operator: dict[str, Any] = {"logLevel": "INFO"} if operator_log else {}
-    if operator_cpu:
-        requests = {"cpu": operator_cpu, "memory": "128Mi"}
-        operator["resources"] = {"requests": requests, "limits": {"memory": "512Mi"}}
-    with real_node(workdir, operator or None, chart_values=chart) as cluster:
+    operator = {"logLevel": "INFO"} if operator_log else None
+    with real_node(workdir, operator, chart_values=chart) as cluster:
         gate = ToolGate(TEST_SERVERS_ADDRESS)
         gate.start()
         watch = PodWatch(cluster.plane.api_client())
@@ -314,9 +308,7 @@ def _print_node_state(cluster: Any) -> None:
         print(f"$ kubectl {' '.join(args)}\n{result.stdout}{result.stderr}", file=sys.stderr)
 
 
-def burst_page(
-    result: BurstResult, size: int, began: float, operator_cpu: str | None = None
-) -> list[str]:
+def burst_page(result: BurstResult, size: int, began: float) -> list[str]:
     losses = result.losses
     whole = [x.total for x in losses]
     once = sum(1 for n in result.call_starts.values() if n == 1)
@@ -332,16 +324,12 @@ def burst_page(
     return [
         f"# {size} graceful stops at once with a warm pool of {size}",
         "",
-        f"Measured by `python -m benchmarks.warm_pool --burst {size}"
-        + (f" --operator-cpu {operator_cpu}" if operator_cpu else "")
-        + "` on "
+        f"Measured by `python -m benchmarks.warm_pool --burst {size}` on "
         f"{time.strftime('%Y-%m-%d', time.gmtime(began))}. Machine: {machine()}; load "
         f"average {load(result.load_before)} before the deletes, "
         f"{load(result.load_after)} when every run had Succeeded (the machine is shared).",
         "",
-        f"The chart with `runs.warmPool: {size}`"
-        + (f" and the operator requesting {operator_cpu} CPU" if operator_cpu else "")
-        + f"; {size} runs whose pods would be the "
+        f"The chart with `runs.warmPool: {size}`; {size} runs whose pods would be the "
         f"pool's, each held in its tool call; once {size} standbys were running and "
         f"waiting (their runner imported and polling the store), all {size} runs' first "
         "pods deleted in one `kubectl delete pod ... --wait=false`, once the machine had "
@@ -405,15 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--operator-log", type=Path, help="with --burst: the operator's log at INFO, here"
     )
-    parser.add_argument(
-        "--operator-cpu", help="with --burst: the operator's CPU request (the chart's: 250m)"
-    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     began = time.time()
     if args.burst:
         with tempfile.TemporaryDirectory(prefix="alpineagents-bench-") as folder:
-            result = measure_burst(Path(folder), args.burst, args.operator_log, args.operator_cpu)
-        page = burst_page(result, args.burst, began, args.operator_cpu)
+            result = measure_burst(Path(folder), args.burst, args.operator_log)
+        page = burst_page(result, args.burst, began)
         args.out.write_text("\n".join(page), encoding="utf-8")
         print("\n".join(page))
         return 0
