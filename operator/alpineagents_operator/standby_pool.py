@@ -67,9 +67,10 @@ _log = logging.getLogger(__name__)
 
 REFILL_QUIET_SECONDS = 1.0
 """A pool refills once its namespace has seen no hand-over for this long. Each new
-standby is a pod to start and a runtime to import, about 2 CPU-seconds: started during a
-burst of resumes (a drain), 30 of them took the CPUs from the very runs they stand
-behind, and the operator's part of each resume grew from about 1 s to 10 s."""
+standby is a pod to start and a runtime to import: started during a burst of resumes (a
+drain), they took the CPUs from the runs they stand behind. On the bench's 2-CPU node,
+30 graceful stops at once with a pool of 30: the operator's part p50 11.3 s with the
+refill during the burst, 6.8 s after it (``benchmarks/results/warm_pool_burst.md``)."""
 REFILL_WAIT_SECONDS = 10.0
 """...and at the latest this long after the first hand-over it waits behind."""
 
