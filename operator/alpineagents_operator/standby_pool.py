@@ -74,6 +74,9 @@ refill during the burst, 6.8 s after it (``benchmarks/results/warm_pool_burst.md
 REFILL_WAIT_SECONDS = 10.0
 """...and at the latest this long after the first hand-over it waits behind."""
 
+LISTING_SHARED_SECONDS = 1.0
+"""Hand-overs that begin within this long of a listing of the standbys pick from it."""
+
 _POD_FIELDS = ("env", "envFrom", "resources", "serviceAccountName", "nodeSelector")
 _MORE_POD_FIELDS = ("tolerations", "affinity")
 
@@ -165,6 +168,7 @@ class StandbyPool:
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self._refilling: set[str] = set()
+        self._listings: dict[str, tuple[float, asyncio.Future[list[StandbyView]]]] = {}
         self._refill_after: dict[str, float] = {}
         self._emptied: set[str] = set()
         self._renew_at: dict[str, datetime] = {}
@@ -194,8 +198,7 @@ class StandbyPool:
         if not self.enabled:
             return None
         handed_earlier = await self._handed_before_us()
-        pods = await asyncio.to_thread(self.cluster.list_standbys, namespace)
-        views = [StandbyView.from_pod(p) for p in pods]
+        views = await self._recent_standbys(namespace)
         # Between the listing and here nothing awaits: two picks never choose the same one.
         # Without this, a burst of resumes all chose the first standby; one relabel won
         # and the rest fell back to pods of their own, after writing over its assignment.
@@ -211,6 +214,26 @@ class StandbyPool:
         if standby is not None:
             picked.add(standby.uid)
         return standby
+
+    async def _recent_standbys(self, namespace: str) -> list[StandbyView]:
+        """``namespace``'s standbys, from a listing begun at most
+        :data:`LISTING_SHARED_SECONDS` ago: a burst of resumes lists them once, not once
+        each (30 listings of 60 pods at once cost the operator seconds of its CPU share).
+        A standby gone since is found out by :meth:`hand`."""
+        clock = asyncio.get_running_loop().time
+        shared = self._listings.get(namespace)
+        if shared is None or clock() - shared[0] > LISTING_SHARED_SECONDS:
+            shared = (clock(), asyncio.ensure_future(asyncio.to_thread(self._views, namespace)))
+            self._listings[namespace] = shared
+        try:
+            return await asyncio.shield(shared[1])
+        except Exception:
+            if self._listings.get(namespace) is shared:  # failed: the next pick lists again
+                del self._listings[namespace]
+            raise
+
+    def _views(self, namespace: str) -> list[StandbyView]:
+        return [StandbyView.from_pod(p) for p in self.cluster.list_standbys(namespace)]
 
     def release(self, namespace: str, standby: StandbyView) -> None:
         """``standby`` was picked but not handed a run: another hand-over may pick it."""
