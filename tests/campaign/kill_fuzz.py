@@ -12,6 +12,7 @@ seed and the State it broke on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -185,7 +186,13 @@ class KillFuzz:
                 if not ended:
                     ended = self._receive(ours, process, messages, instant)
             if not ended and fault is not None:
-                os.kill(process.pid or 0, signal.SIGKILL if fault == "sigkill" else signal.SIGINT)
+                # ProcessLookupError: it ended just now and the forkserver, its parent,
+                # reaped it before our wait saw it end: the fault missed it, as its exit
+                # code will show.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(
+                        process.pid or 0, signal.SIGKILL if fault == "sigkill" else signal.SIGINT
+                    )
             self._receive(ours, process, messages, WAIT)
             process.join(WAIT)
             if process.is_alive():
