@@ -107,10 +107,10 @@ class RunCredentialIssuer:
                 event = RunEvent("Warning", "SharedStoreCredentials", SHARED_WARNING)
                 await asyncio.to_thread(self.cluster.post_event, body, event)
             return None
-        problem = await self._issue(run, attempt)
+        problem, _ = await asyncio.gather(
+            self._issue(run, attempt), self._revoke_replaced(run, attempt)
+        )
         if problem is None:
-            if attempt > 1:
-                await self._revoke(run, attempt - 1)
             return None
         hint = ""
         if isinstance(problem, CredentialsRefused) and problem.status in (400, 404, 501, 503):
@@ -134,11 +134,11 @@ class RunCredentialIssuer:
         before that read would lock it out of its folder."""
         if not uses_run_credentials(run, self.config):
             return None
-        issued = await self._mint(run, attempt, standby, to_secret=False)
+        issued, _ = await asyncio.gather(
+            self._mint(run, attempt, standby, to_secret=False), self._revoke_replaced(run, attempt)
+        )
         if isinstance(issued, Exception):
             return f"could not mint the pod's own store credentials: {issued}"
-        if attempt > 1:
-            await self._revoke(run, attempt - 1)
         return issued
 
     async def renew_if_due(self, run: AgentRunView, pods: Sequence[PodView]) -> float | None:
@@ -188,6 +188,13 @@ class RunCredentialIssuer:
     def _forget(self, key: RunKey) -> None:
         self._renew_at.pop(key, None)
         self._failing.discard(key)
+
+    async def _revoke_replaced(self, run: AgentRunView, attempt: int) -> None:
+        """Revoke the credentials of the pod that pod ``attempt`` replaces, if any: beside
+        the new pod's minting, not after it (one STS round trip less before a resume;
+        the replaced pod's State is claimed away from it anyway)."""
+        if attempt > 1:
+            await self._revoke(run, attempt - 1)
 
     async def _revoke(self, run: AgentRunView, attempt: int) -> None:
         """Revoke the credentials of the run's pod ``attempt`` (replaced). A store that

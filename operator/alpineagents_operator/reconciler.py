@@ -178,13 +178,18 @@ class Reconciler:
         :func:`decide` reads; skipping those keeps a burst of lost pods from queueing
         steps that find nothing to do). A ``listed`` pod (from a watch's initial list,
         not a change) is stepped only if :meth:`step_needed` says so: after a restart,
-        10,000 listed pods would otherwise be 10,000 steps that change nothing."""
+        10,000 listed pods would otherwise be 10,000 steps that change nothing. Nor is a
+        replaced pod's end (see :meth:`_replaced_pod_ending`)."""
         view = PodView.from_pod(pod)
         if not gone and view.uid and self._pod_views.get(view.uid) == view:
             return
         if self.watched is not None:
             self.watched.pod_seen((namespace, run_name), view, gone=gone)
-        if not listed or self._listed_pod_needs_step((namespace, run_name)):
+        if listed:
+            stepped = self._listed_pod_needs_step((namespace, run_name))
+        else:
+            stepped = not self._replaced_pod_ending((namespace, run_name), view, gone)
+        if stepped:
             await self.reconcile(namespace, run_name)
         if gone:
             self._pod_views.pop(view.uid, None)
@@ -193,6 +198,18 @@ class Reconciler:
                 # Pods whose deletion the watch missed: forgetting all costs one step each.
                 self._pod_views.clear()
             self._pod_views[view.uid] = view  # after the step: a failed one is not skipped
+
+    def _replaced_pod_ending(self, key: RunKey, pod: PodView, gone: bool) -> bool:
+        """Whether ``pod`` is an earlier attempt's, already replaced, that is stopping,
+        finished or gone: :func:`decide` acts only on an earlier attempt's pod that still
+        runs (it stops it). Its events (its container's exit, its deletion) would each
+        cost a step that finds nothing to do, two or three for every run of a burst of
+        lost pods. The run's view may lag its status, never lead it: an attempt the view
+        shows is one the run has reached."""
+        run = self.watched.run(key) if self.watched is not None else None
+        if run is None or pod.attempt is None or pod.attempt >= run.status.attempt:
+            return False
+        return gone or pod.deleting or pod.finished
 
     def _listed_pod_needs_step(self, key: RunKey) -> bool:
         """Whether a pod of a watch's listing calls for a step of its run ``key``.

@@ -41,6 +41,7 @@ from alpineagents_operator.cluster import Cluster
 from alpineagents_operator.config import OperatorConfig
 from alpineagents_operator.reconciler import Reconciler
 from alpineagents_operator.views import format_time
+from alpineagents_operator.watched import Watched
 from tests.bench.control_plane import ControlPlane
 from tests.bench.minio_server import S3Server
 from tests.bench.runner_process import (
@@ -131,6 +132,7 @@ def reconciler_for(
     store_url: str,
     open_store_with: Callable[[str], Store],
     calls: Cluster | None = None,
+    watched: Watched | None = None,
 ) -> Reconciler:
     config = OperatorConfig(
         namespaces=(cluster.namespace,),
@@ -139,7 +141,7 @@ def reconciler_for(
         run_credentials="shared",  # no pod runs here: it needs no credentials of its own
     )
     calls = calls or Cluster(cluster.plane.api_client())
-    return Reconciler(config, calls, open_store=open_store_with)
+    return Reconciler(config, calls, open_store=open_store_with, watched=watched)
 
 
 def interrupted_run(cluster: Kube, store: Store, name: str) -> str:
@@ -674,5 +676,40 @@ async def test_a_lost_pod_is_replaced_in_one_call_that_reads_its_state_once_and_
         assert counting.run_reads == reads_before
         await reconciler.pod_changed(cluster.namespace, name, pod, gone=True)
         assert counting.run_reads == reads_before + 1  # its deletion is news
+    finally:
+        reconciler.close()
+
+
+async def test_a_replaced_pods_end_costs_no_step_where_the_watches_show_the_run(
+    cluster: Kube, minio: S3Server, store_url: str
+) -> None:
+    # In a burst of 30 lost pods each old pod's exit and deletion was a step (a read of
+    # the run and a listing of its pods) that found nothing to do, beside the resumes.
+    root = credentials(minio.access_key, minio.secret_key)
+    name = f"f-{uuid.uuid4().hex[:6]}"
+    uid = cluster.create_run(name, restartPolicy={"initialBackoffSeconds": 0})["metadata"]["uid"]
+    open_store(store_url, env=root).save(
+        State(f"{cluster.namespace}.{name}.{uid[:8]}", [Message.user("hi")])
+    )
+    counting = CountingCluster(cluster.plane.api_client())
+    reconciler = reconciler_for(
+        cluster, store_url, lambda url: open_store(url, env=root), counting, Watched()
+    )
+    try:
+        await reconciler.reconcile(cluster.namespace, name)
+        first = container_exited(cluster, f"{name}-1", 143)
+        reconciler.run_seen(cluster.run(name), gone=False)
+        await reconciler.pod_changed(cluster.namespace, name, first, gone=False)
+        assert cluster.pod_names(name) == [f"{name}-1", f"{name}-2"]
+        reconciler.run_seen(cluster.run(name), gone=False)  # attempt 2, as its watch shows
+        reads_before = counting.run_reads
+        cluster.core.delete_namespaced_pod(f"{name}-1", cluster.namespace)
+        await reconciler.pod_changed(cluster.namespace, name, first, gone=True)
+        assert counting.run_reads == reads_before
+        # The current pod's news still is a step: pod 2 lost, pod 3 replaces it.
+        second = container_exited(cluster, f"{name}-2", 137)
+        await reconciler.pod_changed(cluster.namespace, name, second, gone=False)
+        assert counting.run_reads > reads_before
+        assert cluster.pod_names(name) == [f"{name}-2", f"{name}-3"]
     finally:
         reconciler.close()
