@@ -36,6 +36,7 @@ from .resumes import Resumes
 from .run_stores import RunStores
 from .standby_pool import StandbyPool
 from .store_policy import guarded_opener, store_refusal
+from .triage import Triage
 from .views import (
     JSON,
     AgentRunView,
@@ -45,7 +46,7 @@ from .views import (
     SavedView,
     labels_pods,
 )
-from .watched import Watched
+from .watched import RunKey, Watched
 
 _log = logging.getLogger(__name__)
 _MAX_STEPS = 8  # per call; a healthy run converges in 3 (lost → Interrupted → resumed)
@@ -54,8 +55,6 @@ _MAX_POD_VIEWS = 20_000
 _CHECKS_PER_YIELD = 200
 """Runs the resync checks between two yields to the event loop (a watch event waits at
 most that many :func:`decide` calls)."""
-
-RunKey = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -120,6 +119,16 @@ class Reconciler:
             config, cluster, clock=clock, open_store=self.stores.store
         )
         """Gives each pod its own short-lived store credentials (see its module)."""
+        self.triage = Triage(
+            watched,
+            config,
+            self.metrics,
+            self.credentials,
+            clock=clock,
+            failing=lambda key: key in self._resync_errors,
+            requeue=self.requeue,
+        )
+        """Which watch events and runs need a step, judged from :attr:`watched`."""
         self.pool = pool or StandbyPool(config, cluster)
         """The warm pool's standbys (none unless ``config.warm_pool``)."""
         self.last_step_at = 0.0
@@ -133,7 +142,7 @@ class Reconciler:
                 cluster.list_run_pods_page,
                 self._listed_namespaces(),
                 config.watches_namespace,
-                lambda key: self.step_needed_by_key(key, "resume"),
+                lambda key: self.triage.step_needed_by_key(key, "resume"),
                 self.step_logged,
                 steps_at_once=CALL_THREADS,
             )
@@ -177,18 +186,17 @@ class Reconciler:
         as it did at its last event (a new IP or a readiness probe changes nothing that
         :func:`decide` reads; skipping those keeps a burst of lost pods from queueing
         steps that find nothing to do). A ``listed`` pod (from a watch's initial list,
-        not a change) is stepped only if :meth:`step_needed` says so: after a restart,
-        10,000 listed pods would otherwise be 10,000 steps that change nothing. Nor is a
-        replaced pod's end (see :meth:`_replaced_pod_ending`)."""
+        not a change) is stepped only if :meth:`.Triage.listed_pod_needs_step` says so;
+        nor is a replaced pod's end (see :meth:`.Triage.replaced_pod_ending`)."""
         view = PodView.from_pod(pod)
         if not gone and view.uid and self._pod_views.get(view.uid) == view:
             return
         if self.watched is not None:
             self.watched.pod_seen((namespace, run_name), view, gone=gone)
         if listed:
-            stepped = self._listed_pod_needs_step((namespace, run_name))
+            stepped = self.triage.listed_pod_needs_step((namespace, run_name))
         else:
-            stepped = not self._replaced_pod_ending((namespace, run_name), view, gone)
+            stepped = not self.triage.replaced_pod_ending((namespace, run_name), view, gone)
         if stepped:
             await self.reconcile(namespace, run_name)
         if gone:
@@ -198,32 +206,6 @@ class Reconciler:
                 # Pods whose deletion the watch missed: forgetting all costs one step each.
                 self._pod_views.clear()
             self._pod_views[view.uid] = view  # after the step: a failed one is not skipped
-
-    def _replaced_pod_ending(self, key: RunKey, pod: PodView, gone: bool) -> bool:
-        """Whether ``pod`` is an earlier attempt's, already replaced, that is stopping,
-        finished or gone: :func:`decide` acts only on an earlier attempt's pod that still
-        runs (it stops it). Its events (its container's exit, its deletion) would each
-        cost a step that finds nothing to do, two or three for every run of a burst of
-        lost pods. The run's view may lag its status, never lead it: an attempt the view
-        shows is one the run has reached."""
-        run = self.watched.run(key) if self.watched is not None else None
-        if run is None or pod.attempt is None or pod.attempt >= run.status.attempt:
-            return False
-        return gone or pod.deleting or pod.finished
-
-    def _listed_pod_needs_step(self, key: RunKey) -> bool:
-        """Whether a pod of a watch's listing calls for a step of its run ``key``.
-
-        Not while the operator's own listing of the pods runs at its start (the run's
-        views may lack its other pods: its resume judges it after), nor for a run the
-        views do not hold (its resume or creation steps it; a run-less pod is left to
-        the resync)."""
-        if self.watched is None:
-            return True
-        run = self.watched.run(key)
-        if run is None or not self.watched.pods_listed_at_start:
-            return False
-        return self.step_needed(run, self.watched.pods_of(key), "listing")
 
     def requeue(self, namespace: str, name: str, delay: float) -> None:
         """Reconcile the run again after ``delay`` seconds (keeps the soonest request)."""
@@ -249,7 +231,7 @@ class Reconciler:
         for a step that failed, a timer lost, an event that never came).
 
         With :attr:`watched` the runs and their pods are the watches' views, and only the
-        runs :meth:`step_needed` picks are stepped (each step reading afresh); without,
+        runs :meth:`.Triage.step_needed` picks are stepped (each step reading afresh); without,
         every run is listed from the API server and stepped."""
         seen: set[RunKey] = set()
         if self.watched is not None:
@@ -258,7 +240,7 @@ class Reconciler:
             for count, run in enumerate(self.watched.all_runs(), 1):
                 key = (run.namespace, run.name)
                 seen.add(key)
-                if self.step_needed(run, self.watched.pods_of(key), "resync"):
+                if self.triage.step_needed(run, self.watched.pods_of(key), "resync"):
                     await self.step_logged(key)
                 elif count % _CHECKS_PER_YIELD == 0:
                     await asyncio.sleep(0)  # let the watches' events in between
@@ -317,48 +299,6 @@ class Reconciler:
         """A watch event of an AgentRun: keep its view for the resync."""
         if self.watched is not None:
             self.watched.run_seen(AgentRunView.from_body(body), gone=gone)
-
-    def step_needed(self, run: AgentRunView, pods: Sequence[PodView], source: str) -> bool:
-        """Whether a reconcile step of ``run`` would change something, judged without a
-        request from ``run`` and ``pods`` as the watches last showed them.
-
-        True when :func:`decide` (without the saved State) acts or asks for the State,
-        when the run's last resync step failed, or when its pod's store credentials are
-        due. Otherwise the run's figures go to the metrics and its timer is set (a
-        backoff, a deadline), as its step would have done. A view a moment old can only
-        make this say True for a step that then finds nothing to do; the watch event of
-        whatever changed since brings its own step. ``source`` names the caller in the
-        ``alpineagents_run_checks`` metric.
-        """
-        needed = self._step_needed(run, pods)
-        self.metrics.checks.labels(source=source, stepped=str(needed).lower()).inc()
-        return needed
-
-    def _step_needed(self, run: AgentRunView, pods: Sequence[PodView]) -> bool:
-        key = (run.namespace, run.name)
-        if key in self._resync_errors or self.credentials.renewal_due(run, pods):
-            return True
-        refusal = run_refusal(run, self.config)
-        now = self._clock()
-        if refusal is not None:
-            decision = refused(run, run.status.attempt + 1, refusal, now)
-        else:
-            decision = decide(run, pods, None, now)
-        if decision.acts or decision.needs_saved:
-            return True
-        phase = run.status.phase
-        self.metrics.record_phase(*key, str(phase) if phase else None)
-        self.metrics.record_run(*key, run.spec, run.status.raw)
-        if decision.requeue_after is not None and decision.requeue_after > 0:
-            self.requeue(*key, decision.requeue_after)
-        return False
-
-    def step_needed_by_key(self, key: RunKey, source: str) -> bool:
-        """:meth:`step_needed` of the run as the watch shows it (True: not shown)."""
-        run = self.watched.run(key) if self.watched is not None else None
-        if run is None or self.watched is None:
-            return True
-        return self.step_needed(run, self.watched.pods_of(key), source)
 
     def close(self) -> None:
         for _, handle in self._timers.values():

@@ -8,7 +8,7 @@ list side by side). Stepping each run instead (a GET of the run, a LIST of its p
 cost two requests per run, and each waiting step held its run's body: with 10,000 runs,
 minutes of start and most of the operator's memory. So the resume handler only queues
 the run's key; :meth:`Resumes.run` lists the run pods itself, a page at a time, into the
-views, then judges each queued run as the resync does (:meth:`Reconciler.step_needed`)
+views, then judges each queued run as the resync does (:meth:`.Triage.step_needed`)
 and steps, a few at a time, only the runs a step would change. A run resumed after that
 listing is judged as it comes.
 
