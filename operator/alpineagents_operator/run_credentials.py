@@ -79,6 +79,9 @@ MAX_LIFETIME = timedelta(seconds=MAX_CREDENTIALS_SECONDS)
 _STS_NAMESPACE = "{https://sts.amazonaws.com/doc/2011-06-15/}"
 _SESSION_NAME = re.compile(r"[^\w+=,.@-]")
 _POLICY_WILDCARDS = re.compile(r"[*?$]")  # would widen a policy's resource patterns
+# One pool for every mint and revocation: a burst of resumes makes dozens at once, and a
+# pool per call opened a new connection to the store for each.
+_HTTP = urllib3.PoolManager(maxsize=32)
 
 
 class CredentialsRefused(RuntimeError):
@@ -423,7 +426,7 @@ def _signed_post(
         content_sha256=content_sha256,
         date=now,
     )
-    pool = http or urllib3.PoolManager()
+    pool = http or _HTTP
     try:
         return pool.request(
             "POST",

@@ -29,6 +29,8 @@ from .credential_files import CredentialFiles
 
 __all__ = ["StandbyBoxes"]
 
+_CONNECTIONS = 32
+
 _ABSENT = frozenset({"NoSuchKey", "NoSuchBucket"})
 # Left beside a handed assignment, and there after the standby took it: an operator
 # started later tells a standby handed a run but never relabelled (its predecessor
@@ -62,6 +64,9 @@ class StandbyBoxes:
             secure=where.secure,
             region=where.region,
             http_client=urllib3.PoolManager(
+                # The operator hands many standbys at once (a drain): connections beyond
+                # the pool's size are opened and thrown away, each with a warning.
+                maxsize=_CONNECTIONS,
                 timeout=urllib3.Timeout(connect=timeout, read=timeout),
                 retries=urllib3.Retry(total=2, backoff_factor=0.1),
             ),
