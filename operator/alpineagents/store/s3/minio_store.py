@@ -59,6 +59,8 @@ __all__ = [
     "StoreUnavailableError",
 ]
 
+_CONNECTIONS = 4 * FETCH_THREADS
+
 _log = logging.getLogger(__name__)
 
 _READ_ATTEMPTS = 10  # a read re-lists when a merge deletes an object under it
@@ -187,7 +189,10 @@ class MinioStore(Store):
         the running store operation's budget; it does not retry (the store does).
         ``options`` go to ``urllib3.PoolManager`` (e.g. ``ca_certs``).
         """
-        options.setdefault("maxsize", FETCH_THREADS + 2)
+        # Connections are opened only as needed; past the pool's size each is thrown away
+        # after its request, with a warning. One store may serve many threads at once
+        # (the operator's reconcile steps in a burst of resumes), each fetching in parallel.
+        options.setdefault("maxsize", _CONNECTIONS)
         return BoundedPool(timeout, **options)
 
     def __repr__(self) -> str:
