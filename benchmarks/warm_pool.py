@@ -201,6 +201,9 @@ class BurstResult:
     call_starts: dict[str, int]
     load_before: tuple[float, float, float]
     load_after: tuple[float, float, float]
+    operator_restarts: int = 0
+    """Operator containers restarted during the burst (a leader that could not renew its
+    Lease in time ends, and a standby replica takes over)."""
 
 
 def one_burst(cluster: Any, gate: Any, watch: PodWatch, size: int) -> BurstResult:
@@ -221,6 +224,7 @@ def one_burst(cluster: Any, gate: Any, watch: PodWatch, size: int) -> BurstResul
         gate.wait_started(name, timeout=DEADLINE)
     standbys = wait_pool_waiting(core, size)
     settle()
+    restarts_before = operator_restarts(core)
     load_before = os.getloadavg()
     issued = time.time()
     cluster.kubectl("delete", "pod", *[f"{n}-1" for n in names], "-n", NAMESPACE, "--wait=false")
@@ -245,7 +249,20 @@ def one_burst(cluster: Any, gate: Any, watch: PodWatch, size: int) -> BurstResul
             raise RuntimeError(f"run {name}: times out of order: {loss}")
     starts = {n: gate.starts(n) for n in names}
     cluster.kubectl("delete", "agentruns", *names, "-n", NAMESPACE, "--wait=false")
-    return BurstResult([losses[n] for n in names], to_standby, starts, load_before, load_after)
+    return BurstResult(
+        [losses[n] for n in names],
+        to_standby,
+        starts,
+        load_before,
+        load_after,
+        operator_restarts(core) - restarts_before,
+    )
+
+
+def operator_restarts(core: Any) -> int:
+    """Restarts of the operator replicas' containers so far."""
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector=_OPERATOR_PODS).items
+    return sum(s.restart_count for p in pods for s in p.status.container_statuses or ())
 
 
 def measure_burst(workdir: Path, size: int, operator_log: Path | None = None) -> BurstResult:
@@ -270,23 +287,23 @@ def measure_burst(workdir: Path, size: int, operator_log: Path | None = None) ->
             watch.stop()
             gate.stop()
             if operator_log is not None:
-                operator_log.write_text(
-                    cluster.kubectl(*_OPERATOR_LOG, "--timestamps", check=False).stdout
-                )
+                operator_log.write_text(_operator_log(cluster))
 
 
-# Every replica's (the leader's is the one that acts), each line prefixed with its pod.
-_OPERATOR_LOG = (
-    "logs",
-    "-l",
-    "app.kubernetes.io/component=operator",
-    "-n",
-    NAMESPACE,
-    "-c",
-    "operator",
-    "--prefix",
-    "--tail=-1",
-)
+_OPERATOR_PODS = "app.kubernetes.io/component=operator"
+
+
+def _operator_log(cluster: Any) -> str:
+    """Every replica's log (the leader's is the one that acts), each line prefixed with
+    its pod, and before it the log of each replica's previous container, if it restarted
+    (a leader that lost its Lease ends)."""
+    names = cluster.kubectl(
+        "get", "pods", "-l", _OPERATOR_PODS, "-n", NAMESPACE, "-o", "name", check=False
+    ).stdout.split()
+    logs = ["logs", "-n", NAMESPACE, "-c", "operator", "--prefix", "--timestamps"]
+    previous = [cluster.kubectl(*logs, name, "--previous", check=False).stdout for name in names]
+    current = cluster.kubectl(*logs, "-l", _OPERATOR_PODS, "--tail=-1", check=False).stdout
+    return "".join(previous) + str(current)
 
 
 def _print_node_state(cluster: Any) -> None:
@@ -347,7 +364,8 @@ def burst_page(result: BurstResult, size: int, began: float) -> list[str]:
         "",
         f"{result.to_standby} of {size} runs resumed in a waiting standby, "
         f"{size - result.to_standby} in a pod of their own. Every run Succeeded; "
-        f"{once} of {size} tool calls started exactly once (the gate's count).",
+        f"{once} of {size} tool calls started exactly once (the gate's count). "
+        f"Operator restarts during the burst: {result.operator_restarts}.",
         "",
     ]
 

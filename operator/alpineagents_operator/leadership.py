@@ -306,6 +306,16 @@ class LeaderElector:
             except Exception as error:  # unreachable: the deadline decides
                 _log.warning("cannot renew Lease %s: %s", self._where(), _short(error))
                 continue
+            took = time.monotonic() - sent
+            if took > self.settings.renew_deadline_seconds / 2:
+                # Half way to giving up: a slow API server (or an operator starved of CPU)
+                # is worth knowing before it costs the lead.
+                _log.warning(
+                    "renewing Lease %s took %.1f s (a leader stops acting after %g s)",
+                    self._where(),
+                    took,
+                    self.settings.renew_deadline_seconds,
+                )
             with self._changed:
                 if self._leading:
                     self._lease = written
