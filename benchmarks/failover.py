@@ -7,8 +7,9 @@ Run from the repository root::
 Part of ``python -m benchmarks`` too (section ``failover``). It needs only a control plane
 (the bench's etcd + kube-apiserver, no node: pods stay Pending, which is all "the run has
 its pod" asks) and runs the operator as its own processes, two at a time, each a replica
-with the Lease election of the chart's defaults (lease 3 s, renew deadline 2 s, retry
-0.5 s). ``--runs`` AgentRuns exist throughout, so each new leader resumes them all while
+with a quick Lease election (lease 3 s, renew deadline 2 s, retry 0.5 s: the chart's
+``operator.leaderElection`` for a quick failover; its defaults, client-go's 15 / 10 / 2 s,
+take over about 12 s later after a crash, and as soon after a SIGTERM). ``--runs`` AgentRuns exist throughout, so each new leader resumes them all while
 it takes over.
 
 Each trial: the standby has read the Lease; the leader is SIGKILLed (a lost pod or node:
@@ -197,7 +198,9 @@ def report(result: Measured) -> list[str]:
         "",
         f"Two `python -m alpineagents_operator` processes on the bench's kube-apiserver, "
         f"{result.runs} AgentRuns around (each new leader resumes them all); lease 3 s, "
-        "renew deadline 2 s, retry 0.5 s (the chart's defaults). A killed leader's Lease is "
+        "renew deadline 2 s, retry 0.5 s (set in the chart's `operator.leaderElection`; its "
+        "defaults since 2026-12-06 are client-go's 15 / 10 / 2 s, which take over a crashed "
+        "leader about 12 s later). A killed leader's Lease is "
         "taken once it has not been renewed for the lease, counted on the standby's clock "
         "from when it saw the last renewal; then kopf starts in the standby (already "
         "imported), lists the runs and handles the new one. A stopped leader hands the "

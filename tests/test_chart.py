@@ -271,9 +271,9 @@ def test_the_replicas_elect_one_leader_with_the_charts_lease(helm: Helm) -> None
     parsed = LeaseSettings.from_env(settings)
     assert parsed is not None
     assert (parsed.lease_seconds, parsed.renew_deadline_seconds, parsed.retry_seconds) == (
-        3,
+        15,
+        10.0,
         2.0,
-        0.5,
     )
     # A drain keeps one replica; with one replica a budget would block every drain.
     (budget,) = kinds["PodDisruptionBudget"]
@@ -740,7 +740,7 @@ def test_the_installed_viewer_may_read_agentruns_and_answer_only_when_allowed(
         ),
         ({"operator": {"replicas": 0}}, "at '/operator/replicas': minimum"),
         (
-            {"operator": {"leaderElection": {"renewDeadlineSeconds": 5}}},
+            {"operator": {"leaderElection": {"renewDeadlineSeconds": 20}}},
             "operator.leaderElection needs retrySeconds < renewDeadlineSeconds < leaseSeconds",
         ),
         (

@@ -26,11 +26,11 @@ Settings come from the environment (the Helm chart sets them):
 =============================================  ==========================================
 ``ALPINEAGENTS_LEADER_LEASE``                  ``NAMESPACE/NAME`` of the Lease; empty:
                                                no election (one replica only)
-``ALPINEAGENTS_LEASE_SECONDS``                 the lease (whole seconds, default 3)
+``ALPINEAGENTS_LEASE_SECONDS``                 the lease (whole seconds, default 15)
 ``ALPINEAGENTS_LEASE_RENEW_DEADLINE_SECONDS``  a leader unable to renew for this long
-                                               stops acting (default 2)
+                                               stops acting (default 10)
 ``ALPINEAGENTS_LEASE_RETRY_SECONDS``           how often the leader renews and a standby
-                                               looks (default 0.5)
+                                               looks (default 2)
 ``POD_ID``                                     this replica's name in the Lease (the
                                                chart passes the pod's name)
 =============================================  ==========================================
@@ -66,11 +66,16 @@ class LeaseSettings:
     namespace: str
     name: str
     identity: str
-    lease_seconds: int = 3
+    # client-go's defaults (kube-controller-manager's and kube-scheduler's). A shorter
+    # lease fails over sooner after a crash, but a leader starved of CPU misses its renew
+    # deadline: at 3 / 2 / 0.5 s, on a 2-CPU node busy with 60 run pods, both replicas
+    # took the lead and lost it within seconds, over and over, and no run was resumed
+    # (benchmarks/results/warm_pool_burst.md).
+    lease_seconds: int = 15
     """How long a standby waits, after it last saw the Lease renewed, before taking it."""
-    renew_deadline_seconds: float = 2.0
+    renew_deadline_seconds: float = 10.0
     """A leader that has not renewed within this stops acting (shorter than the lease)."""
-    retry_seconds: float = 0.5
+    retry_seconds: float = 2.0
     """Between two renewals by the leader, and two reads by a standby."""
 
     def __post_init__(self) -> None:

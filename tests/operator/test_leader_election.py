@@ -275,7 +275,7 @@ def test_a_leader_cut_off_from_the_api_server_stops_before_its_lease_can_be_take
         ({"ALPINEAGENTS_LEADER_LEASE": "just-a-name"}, "NAMESPACE/NAME"),
         ({"ALPINEAGENTS_LEASE_SECONDS": "2.5"}, "whole seconds"),
         ({"ALPINEAGENTS_LEASE_RETRY_SECONDS": "soon"}, "ALPINEAGENTS_LEASE_RETRY_SECONDS"),
-        ({"ALPINEAGENTS_LEASE_RENEW_DEADLINE_SECONDS": "4"}, "must stop before"),
+        ({"ALPINEAGENTS_LEASE_RENEW_DEADLINE_SECONDS": "20"}, "must stop before"),
     ],
 )
 def test_bad_election_settings_are_refused_naming_the_variable(
