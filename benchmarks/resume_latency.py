@@ -322,7 +322,8 @@ def run_manifest(name: str, command: str) -> dict[str, Any]:
     }
 
 
-def _runs(cluster: Any) -> dict[str, dict[str, Any]]:
+def runs_now(cluster: Any) -> dict[str, dict[str, Any]]:
+    """Every AgentRun of the namespace by name, as the API server has it now."""
     listing = cluster.kubectl("get", "agentruns", "-n", NAMESPACE, "-o", "json").stdout
     return {item["metadata"]["name"]: item for item in json.loads(listing)["items"]}
 
@@ -331,7 +332,7 @@ def wait_all_succeeded(cluster: Any, names: list[str]) -> dict[str, str]:
     """Wait until every run Succeeded; returns each run's State id."""
     deadline = time.monotonic() + DEADLINE
     while True:
-        runs = _runs(cluster)
+        runs = runs_now(cluster)
         states = {n: (runs.get(n) or {}).get("status") or {} for n in names}
         failed = {n: s for n, s in states.items() if s.get("phase") == "Failed"}
         if failed:

@@ -50,6 +50,7 @@ from .resume_latency import (
     loss_cue,
     real_node,
     run_manifest,
+    runs_now,
     wait_all_succeeded,
 )
 
@@ -70,10 +71,10 @@ def ready_standby(core: Any) -> str:
     raise TimeoutError("no standby became ready")
 
 
-def second_attempt(run: str) -> Callable[[PodEvent], bool]:
-    """The first event of the pod that carries ``run``'s attempt 2 (a standby relabelled,
-    or a new pod added)."""
-    return lambda e: e.run == run and e.attempt == "2"
+def second_attempt(run: str, attempt: int = 2) -> Callable[[PodEvent], bool]:
+    """The first event of the pod that carries ``run``'s ``attempt`` (a standby
+    relabelled, or a new pod added)."""
+    return lambda e: e.run == run and e.attempt == str(attempt)
 
 
 def one_loss(cluster: Any, gate: Any, watch: PodWatch, *, pooled: bool) -> Loss:
@@ -225,15 +226,22 @@ def one_burst(cluster: Any, gate: Any, watch: PodWatch, size: int) -> BurstResul
     standbys = wait_pool_waiting(core, size)
     settle()
     restarts_before = operator_restarts(core)
+    # Each run's pod now: a run whose first pod failed as it started (a store too busy to
+    # answer while 60 pods start) runs in its second, which is the one in the call.
+    runs = runs_now(cluster)
+    statuses = {n: runs[n].get("status") or {} for n in names}
+    pods = {n: str(statuses[n]["pod"]) for n in names}
+    attempts = {n: int(statuses[n]["attempt"]) for n in names}
     load_before = os.getloadavg()
     issued = time.time()
-    cluster.kubectl("delete", "pod", *[f"{n}-1" for n in names], "-n", NAMESPACE, "--wait=false")
+    cluster.kubectl("delete", "pod", *pods.values(), "-n", NAMESPACE, "--wait=false")
     losses = {n: Loss(n, issued=issued) for n in names}
     to_standby = 0
     for name in names:
         loss = losses[name]
-        loss.observed = watch.wait_for(loss_cue(f"{name}-1"), f"{name}-1 lost").at
-        taken = watch.wait_for(second_attempt(name), f"{name} attempt 2's pod")
+        loss.observed = watch.wait_for(loss_cue(pods[name]), f"{pods[name]} lost").at
+        resumed = attempts[name] + 1
+        taken = watch.wait_for(second_attempt(name, resumed), f"{name} attempt {resumed}'s pod")
         loss.created = taken.at
         to_standby += taken.name in standbys
     states = wait_all_succeeded(cluster, names)
