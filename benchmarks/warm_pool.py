@@ -71,7 +71,7 @@ def ready_standby(core: Any) -> str:
     raise TimeoutError("no standby became ready")
 
 
-def second_attempt(run: str, attempt: int = 2) -> Callable[[PodEvent], bool]:
+def attempt_pod(run: str, attempt: int = 2) -> Callable[[PodEvent], bool]:
     """The first event of the pod that carries ``run``'s ``attempt`` (a standby
     relabelled, or a new pod added)."""
     return lambda e: e.run == run and e.attempt == str(attempt)
@@ -96,7 +96,7 @@ def one_loss(cluster: Any, gate: Any, watch: PodWatch, *, pooled: bool) -> Loss:
     loss.issued = time.time()
     core.delete_namespaced_pod(f"{name}-1", NAMESPACE)
     loss.observed = watch.wait_for(loss_cue(f"{name}-1"), f"{name}-1 lost").at
-    taken = watch.wait_for(second_attempt(name), f"{name} attempt 2's pod")
+    taken = watch.wait_for(attempt_pod(name), f"{name} attempt 2's pod")
     loss.created = taken.at
     if pooled != (taken.name == standby):
         raise RuntimeError(
@@ -241,7 +241,7 @@ def one_burst(cluster: Any, gate: Any, watch: PodWatch, size: int) -> BurstResul
         loss = losses[name]
         loss.observed = watch.wait_for(loss_cue(pods[name]), f"{pods[name]} lost").at
         resumed = attempts[name] + 1
-        taken = watch.wait_for(second_attempt(name, resumed), f"{name} attempt {resumed}'s pod")
+        taken = watch.wait_for(attempt_pod(name, resumed), f"{name} attempt {resumed}'s pod")
         loss.created = taken.at
         to_standby += taken.name in standbys
     states = wait_all_succeeded(cluster, names)
