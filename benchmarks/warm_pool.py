@@ -19,7 +19,8 @@ relabelling, or the new pod's ADDED), *first save* the first entry's time saved 
 
 Idle cost: the waiting standby's runner process, found on this machine by its
 ``ALPINEAGENTS_STANDBY_ID`` (the node's containers are this machine's processes): its
-resident memory, and its CPU time over :data:`IDLE_SECONDS`.
+resident memory, and its CPU time over :data:`IDLE_SECONDS`, beside the chart's MinIO's
+over the same time (which answers the standby's requests).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from alpineagents.runner.standby import BACKSTOP_SECONDS, DOORBELL_CHECK_SECONDS
 
 from .measure import SETTLE_LIMIT, SETTLED_LOAD, load_average, machine, percentile, settle
 from .resume_latency import (
@@ -56,6 +59,10 @@ from .resume_latency import (
 
 IDLE_SECONDS = 30.0
 STANDBY_LABEL = "alpineagents.dev/standby"
+
+
+SLOW_REST = 2.0
+"""A resume slower than this from its pod to its first save has the pod's log printed."""
 
 
 def ready_standby(core: Any) -> str:
@@ -109,12 +116,18 @@ def one_loss(cluster: Any, gate: Any, watch: PodWatch, *, pooled: bool) -> Loss:
     if not after:
         raise RuntimeError(f"run {name} Succeeded with no entry saved after its resume")
     loss.first_save = min(after)
+    if loss.rest > SLOW_REST:  # the pod's own account of where the time went
+        logs = cluster.kubectl("logs", taken.name, "-n", NAMESPACE, "--timestamps", check=False)
+        print(
+            f"{name}: {loss.rest:.2f} s in {taken.name}; its log:\n{logs.stdout}", file=sys.stderr
+        )
     cluster.kubectl("delete", "agentruns", name, "-n", NAMESPACE, "--wait=false")
     return loss
 
 
-def standby_process() -> int:
-    """The pid of a waiting standby's runner on this machine."""
+def pod_process(matches: Callable[[bytes, list[bytes]], bool], what: str) -> int:
+    """The pid of the process on this machine whose command line and environment
+    ``matches`` (a pod's: the kubelet's processes are this machine's)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -123,29 +136,63 @@ def standby_process() -> int:
             command = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"alpineagents" in command and any(
-            v.startswith(b"ALPINEAGENTS_STANDBY_ID=") for v in environ
-        ):
+        if matches(command, environ):
             return int(entry.name)
-    raise RuntimeError("no standby runner process on this machine")
+    raise RuntimeError(f"no {what} process on this machine")
 
 
-def idle_cost(pid: int) -> tuple[float, float]:
-    """(resident MiB, CPU share over IDLE_SECONDS) of process ``pid``."""
+def standby_process() -> int:
+    """The pid of a waiting standby's runner."""
+    return pod_process(
+        lambda command, environ: (
+            b"alpineagents" in command
+            and any(v.startswith(b"ALPINEAGENTS_STANDBY_ID=") for v in environ)
+        ),
+        "standby runner",
+    )
 
-    def cpu_seconds() -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+def store_process() -> int:
+    """The pid of the chart's MinIO (in its pod: the bench's own MinIO servers are not)."""
+    return pod_process(
+        lambda command, environ: (
+            command.split(b"\0")[0].endswith(b"minio")
+            and any(v.startswith(b"KUBERNETES_SERVICE_HOST=") for v in environ)
+        ),
+        "MinIO pod's",
+    )
+
+
+@dataclass(frozen=True)
+class IdleCost:
+    """What a waiting standby costs, over :data:`IDLE_SECONDS`."""
+
+    rss_mib: float
+    """The standby runner's resident memory."""
+    cpu: float
+    """Its CPU time, as a share of one CPU."""
+    store_cpu: float
+    """The store's (MinIO's) CPU share meanwhile: answering the standby, and its own
+    idle work."""
+
+
+def idle_cost(pid: int, store_pid: int) -> IdleCost:
+    """What standby ``pid`` and the store ``store_pid`` use while the standby waits."""
+
+    def cpu_seconds(of: int) -> float:
+        fields = Path(f"/proc/{of}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    before = cpu_seconds()
+    before, store_before = cpu_seconds(pid), cpu_seconds(store_pid)
     time.sleep(IDLE_SECONDS)  # the measured interval itself
-    share = (cpu_seconds() - before) / IDLE_SECONDS
+    share = (cpu_seconds(pid) - before) / IDLE_SECONDS
+    store_share = (cpu_seconds(store_pid) - store_before) / IDLE_SECONDS
     rss_kib = next(
         int(line.split()[1])
         for line in Path(f"/proc/{pid}/status").read_text().splitlines()
         if line.startswith("VmRSS:")
     )
-    return rss_kib / 1024, share
+    return IdleCost(rss_kib / 1024, share, store_share)
 
 
 def waiting_standby_ids() -> set[str]:
@@ -378,7 +425,7 @@ def burst_page(result: BurstResult, size: int, began: float) -> list[str]:
     ]
 
 
-def measure(workdir: Path, rounds: int) -> tuple[list[Loss], list[Loss], tuple[float, float]]:
+def measure(workdir: Path, rounds: int) -> tuple[list[Loss], list[Loss], IdleCost]:
     from tests.bench.node_network import TEST_SERVERS_ADDRESS
     from tests.bench.tool_gate import ToolGate
 
@@ -398,7 +445,7 @@ def measure(workdir: Path, rounds: int) -> tuple[list[Loss], list[Loss], tuple[f
             from kubernetes import client
 
             ready_standby(client.CoreV1Api(cluster.plane.api_client()))
-            cost = idle_cost(standby_process())
+            cost = idle_cost(standby_process(), store_process())
         finally:
             watch.stop()
             gate.stop()
@@ -429,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(page))
         return 0
     with tempfile.TemporaryDirectory(prefix="alpineagents-bench-") as folder:
-        pooled, own, (rss, cpu) = measure(Path(folder), args.rounds)
+        pooled, own, cost = measure(Path(folder), args.rounds)
 
     def row(label: str, losses: list[Loss]) -> str:
         return (
@@ -455,8 +502,11 @@ def main(argv: list[str] | None = None) -> int:
         row(f"a waiting standby ({len(pooled)} losses)", pooled),
         row(f"a pod of its own ({len(own)} losses)", own),
         "",
-        f"A waiting standby's runner (imported, polling its store folder every 0.2 s): "
-        f"{rss:.0f} MiB resident, {cpu * 100:.1f} % of one CPU over {IDLE_SECONDS:.0f} s.",
+        f"A waiting standby's runner (imported, its doorbell read every "
+        f"{DOORBELL_CHECK_SECONDS} s, the store asked every {BACKSTOP_SECONDS} s): "
+        f"{cost.rss_mib:.0f} MiB resident, {cost.cpu * 100:.1f} % of one CPU over "
+        f"{IDLE_SECONDS:.0f} s; MinIO meanwhile {cost.store_cpu * 100:.1f} % (its own idle "
+        "work included).",
         "",
     ]
     args.out.write_text("\n".join(lines), encoding="utf-8")

@@ -92,6 +92,11 @@ the runner's own, never passed to the model's shell commands nor to stdio server
 ENV_STANDBY_ID = "ALPINEAGENTS_STANDBY_ID"
 """Set in a standby pod of the warm pool (its own pod uid): the runner waits for an
 :class:`Assignment` under :func:`standby_prefix` before it runs anything."""
+ENV_STANDBY_DOORBELL = "ALPINEAGENTS_STANDBY_DOORBELL"
+"""Set in a standby pod: a file the kubelet rewrites when the pod's labels change (a
+``downwardAPI`` volume), as they do when the operator hands the pod a run, after its
+:class:`Assignment` is in the store. The runner asks the store as soon as the file changes,
+and otherwise seldom: watching a local file costs nothing, a request to the store does."""
 STANDBY_LABEL = f"{GROUP}/standby"
 """Label of a warm pool's standby pods (``"true"``); the operator removes it when it hands
 the pod a run."""

@@ -50,6 +50,7 @@ from alpineagents.pod_contract import (
     ENV_PRICES,
     ENV_SECRET_NAMES,
     ENV_SPEC_FILE,
+    ENV_STANDBY_DOORBELL,
     ENV_STANDBY_ID,
     ENV_STATE_ID,
     ENV_STORE,
@@ -86,6 +87,10 @@ CREDENTIALS_MOUNT = "/var/run/secrets/alpineagents/store"
 CREDENTIALS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 """The keys of a run's credentials Secret, each a file under :data:`CREDENTIALS_MOUNT`."""
 _CREDENTIALS_VOLUME = "store-credentials"
+STANDBY_LABELS_DIR = "/etc/alpineagents-standby"
+"""Where a standby pod sees its own labels (file ``labels``), its doorbell
+(:data:`~alpineagents.pod_contract.ENV_STANDBY_DOORBELL`)."""
+_LABELS_VOLUME = "standby-labels"
 DEFAULT_DISK_LIMIT = "2Gi"
 """Size limit of each writable emptyDir when the container has no ephemeral-storage limit."""
 
@@ -222,6 +227,7 @@ def standby_manifest(namespace: str, name: str, config: OperatorConfig) -> JSON:
     per_run = per_run_credentials_for(config.store, config)
     env: list[JSON] = [
         {"name": ENV_STANDBY_ID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": ENV_STANDBY_DOORBELL, "value": f"{STANDBY_LABELS_DIR}/labels"},
         {"name": ENV_STORE, "value": config.store},
         {"name": ENV_TERMINATION_MESSAGE_PATH, "value": TERMINATION_MESSAGE_PATH},
         *_common_env(config, per_run),
@@ -246,6 +252,19 @@ def standby_manifest(namespace: str, name: str, config: OperatorConfig) -> JSON:
         resources=run_resources(None, config),
         spec_secret=None,
         credentials_secret=standby_credentials_secret_name(name) if per_run else None,
+    )
+    # The kubelet rewrites this file within a moment of a relabelling (its hand-over):
+    # the runner watches it instead of asking the store five times a second.
+    pod["spec"]["containers"][0]["volumeMounts"].append(
+        {"name": _LABELS_VOLUME, "mountPath": STANDBY_LABELS_DIR, "readOnly": True}
+    )
+    pod["spec"]["volumes"].append(
+        {
+            "name": _LABELS_VOLUME,
+            "downwardAPI": {
+                "items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]
+            },
+        }
     )
     if config.service_account:
         pod["spec"]["serviceAccountName"] = config.service_account

@@ -201,6 +201,13 @@ def test_the_standby_pod_is_a_run_pod_without_a_run() -> None:
     assert "ALPINEAGENTS_STATE_ID" not in env and "ALPINEAGENTS_SPEC_FILE" not in env
     secrets = [v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v]
     assert secrets == [f"{STANDBY}-store-credentials"]  # its own, no run's spec
+    # Its doorbell: its own labels, which the hand-over changes, as a file the kubelet keeps.
+    [labels] = [v for v in pod["spec"]["volumes"] if "downwardAPI" in v]
+    [item] = labels["downwardAPI"]["items"]
+    assert item["fieldRef"]["fieldPath"] == "metadata.labels"
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == labels["name"]]
+    doorbell = env["ALPINEAGENTS_STANDBY_DOORBELL"]["value"]
+    assert doorbell == f"{mount['mountPath']}/{item['path']}" and mount["readOnly"]
 
 
 def test_an_assignment_reads_back_as_written_and_nothing_else_passes() -> None:

@@ -1,8 +1,9 @@
-"""A standby runner taking its assignment (:mod:`alpineagents.runner.standby`), without a store.
+"""A standby runner taking its assignment (:mod:`alpineagents.runner.standby`).
 
 The hand-over through a real store, with the operator, is in
 ``tests/operator/test_warm_pool.py``; here: the environment and files it leaves for the
-run, and how it follows renewed credentials in its mounted Secret.
+run, how it follows renewed credentials in its mounted Secret, and how its doorbell (its
+labels' file) has it ask the store for its assignment when it rings (real MinIO).
 """
 
 from __future__ import annotations
@@ -13,8 +14,17 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from alpineagents.pod_contract import Assignment
-from alpineagents.runner.standby import CREDENTIAL_KEYS, apply_assignment, follow_renewals
+from alpineagents.runner.standby import (
+    CREDENTIAL_KEYS,
+    apply_assignment,
+    follow_renewals,
+    take_assignment,
+)
+from alpineagents.store.s3.standby_boxes import StandbyBoxes
+from tests.bench.minio_server import S3Server
 
 DEADLINE = 30.0  # a safety net, never a measurement
 
@@ -75,3 +85,45 @@ def test_renewed_credentials_in_the_mounted_secret_replace_the_runs_files(tmp_pa
     finally:
         stop.set()
         follower.join()
+
+
+def test_a_standby_asks_the_store_when_its_doorbell_rings(
+    minio: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its backstop is an hour: only the doorbell can have it ask again in this test.
+    url = f"s3://{minio.bucket}/{minio.unique_prefix()}?endpoint=http://{minio.endpoint}"
+    doorbell = tmp_path / "labels"
+    doorbell.write_text('alpineagents.dev/standby="true"')
+    env = {
+        "ALPINEAGENTS_STANDBY_ID": "uid-1",
+        "ALPINEAGENTS_STORE": url,
+        "ALPINEAGENTS_STANDBY_DOORBELL": str(doorbell),
+        "AWS_ACCESS_KEY_ID": minio.access_key,
+        "AWS_SECRET_ACCESS_KEY": minio.secret_key,
+    }
+    asked = threading.Event()
+    take = StandbyBoxes.take
+
+    def take_and_tell(boxes: StandbyBoxes, standby_id: str) -> Assignment | None:
+        try:
+            return take(boxes, standby_id)
+        finally:
+            asked.set()
+
+    monkeypatch.setattr(StandbyBoxes, "take", take_and_tell)
+    taken: list[Assignment] = []
+    standby = threading.Thread(
+        target=lambda: taken.append(take_assignment(env, folder=tmp_path / "run", poll=3600)),
+        daemon=True,
+    )
+    standby.start()
+    assert asked.wait(DEADLINE), "the standby never asked the store"
+    assignment = Assignment("team", "job", {"prompt": "hi"}, "team.job.0123", 2, url, None)
+    StandbyBoxes.open(url, env).put("uid-1", assignment)
+    # The kubelet's rewrite of the file when the operator relabels the pod.
+    doorbell.write_text('alpineagents.dev/standby="taken"')
+    standby.join(DEADLINE)
+    assert taken == [assignment]
+    assert env["ALPINEAGENTS_STATE_ID"] == "team.job.0123"
+    assert "ALPINEAGENTS_STANDBY_DOORBELL" not in env  # a run pod's environment now
+    assert not StandbyBoxes.open(url, env).holds("uid-1")  # taken out of the store
