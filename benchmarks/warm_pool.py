@@ -61,7 +61,7 @@ IDLE_SECONDS = 30.0
 STANDBY_LABEL = "alpineagents.dev/standby"
 
 
-SLOW_REST = 2.0
+SLOW_REST = 3.0
 """A resume slower than this from its pod to its first save has the pod's log printed."""
 
 
@@ -197,7 +197,7 @@ def idle_cost(pid: int, store_pid: int) -> IdleCost:
 
 def waiting_standby_ids() -> set[str]:
     """The standby ids (pod uids) whose runner on this machine is waiting: imported and
-    polling its store folder, which it does over a socket it keeps open (the imports come
+    asking its store folder for its assignment, which it does over a socket it keeps open (the imports come
     first, so a socket means they are done)."""
     found: set[str] = set()
     for entry in Path("/proc").iterdir():
@@ -403,7 +403,7 @@ def burst_page(result: BurstResult, size: int, began: float) -> list[str]:
         "",
         f"The chart with `runs.warmPool: {size}`; {size} runs whose pods would be the "
         f"pool's, each held in its tool call; once {size} standbys were running and "
-        f"waiting (their runner imported and polling the store), all {size} runs' "
+        f"waiting (their runner imported and asking the store for its assignment), all {size} runs' "
         "pods deleted in one `kubectl delete pod ... --wait=false`, once the machine had "
         f"settled (1-minute load average under {SETTLED_LOAD:.0f}, or "
         f"{SETTLE_LIMIT:.0f} s after the last standby waited). Times per run from "
