@@ -197,8 +197,8 @@ def idle_cost(pid: int, store_pid: int) -> IdleCost:
 
 def waiting_standby_ids() -> set[str]:
     """The standby ids (pod uids) whose runner on this machine is waiting: imported and
-    asking its store folder for its assignment, which it does over a socket it keeps open (the imports come
-    first, so a socket means they are done)."""
+    asking its store folder for its assignment, which it does over a socket it keeps open
+    (the imports come first, so a socket means they are done)."""
     found: set[str] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
