@@ -404,8 +404,8 @@ def burst_page(result: BurstResult, size: int, began: float) -> list[str]:
         f"The chart with `runs.warmPool: {size}`; {size} runs whose pods would be the "
         f"pool's, each held in its tool call; once {size} standbys were running and "
         f"waiting (their runner imported and asking the store for its assignment), all "
-        f"{size} runs' pods deleted in one `kubectl delete pod ... --wait=false`, once the machine had "
-        f"settled (1-minute load average under {SETTLED_LOAD:.0f}, or "
+        f"{size} runs' pods deleted in one `kubectl delete pod ... --wait=false`, once "
+        f"the machine had settled (1-minute load average under {SETTLED_LOAD:.0f}, or "
         f"{SETTLE_LIMIT:.0f} s after the last standby waited). Times per run from "
         "that command to the first entry saved after the run's next attempt's pod appeared "
         "(the standby's relabelling, or a new pod's creation).",
