@@ -49,6 +49,7 @@ Pending/Running           other exit, Evicted,         suspend: Suspended. Other
                           OOMKilled, node lost,        restarts+1; over maxRestarts: Failed
                           exit 143 / 75 / 137          (RestartLimitExceeded); else Interrupted
                                                        with nextAttemptAt = now + backoff
+                                                       (none for a pod the cluster stopped)
 Interrupted               suspend                      Suspended
 Interrupted               before nextAttemptAt         wait (requeue at nextAttemptAt)
 Interrupted               due                          resume
@@ -113,6 +114,28 @@ STORE_RETRY_SECONDS = 10.0
 """How soon a finished run whose saved State could not be read tries again."""
 CLAIM_RETRY_MAX_SECONDS = 30.0
 """Longest wait between two tries to claim a State before starting its replacement pod."""
+STOPPED_BY_THE_CLUSTER = frozenset(
+    {
+        "PodTerminating",  # deleted, drained or evicted through the API: seen stopping
+        "PodDeleted",  # gone before its end was seen
+        "Terminated",  # exit 143: SIGTERM, saved and stopped
+        "Evicted",
+        "NodeShutdown",
+        "NodeLost",
+        "PodStuckTerminating",  # its node presumed lost
+        "EvictionByEvictionAPI",
+        "PreemptionByScheduler",
+        "DeletionByTaintManager",
+        "TerminationByKubelet",
+        "DeletionByPodGC",
+        "DisruptionTarget",
+    }
+)
+"""Loss reasons of a pod that did not fail: the cluster stopped it (a delete, a drain, an
+eviction, its node gone). Its replacement starts at once, as a ReplicaSet replaces its
+pods; ``spec.restartPolicy``'s backoff is for a pod that failed (an error exit, a
+retryable error, OOM-killed, SIGKILL), which may fail again the same way. Each still
+counts toward ``maxRestarts``."""
 
 # Waiting reasons that mean "this will not start by itself soon": shown in status.
 _WAITING_ERRORS = frozenset(
@@ -553,7 +576,7 @@ class _Step:
             return self._fail(
                 "RestartLimitExceeded", text, {**(facts or {}), "restarts": restarts}, (lost,)
             )
-        delay = policy.backoff(restarts)
+        delay = 0.0 if reason in STOPPED_BY_THE_CLUSTER else policy.backoff(restarts)
         changes: JSON = {
             **(facts or {}),
             "phase": Phase.INTERRUPTED,
