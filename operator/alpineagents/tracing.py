@@ -18,7 +18,11 @@ What a run looks like:
   killed pod exports no span that had not ended) is rebuilt from the saved history: a
   span with its saved id, ending at its last saved entry, status error, with a span for
   each aborted call. An attempt stopped by a signal (SIGTERM, Ctrl+C) ends its own span,
-  status error, and sends it as its process exits.
+  status error, and sends it as its process exits, once its stop is saved. An attempt
+  whose end is not saved (its last save refused: a successor's claim fenced it off, the
+  store failed) sends neither its span nor those of the calls its stop cut short: the
+  attempt that loads the State next finds it unended and rebuilds it, so each attempt
+  is in the trace once.
 - ``chat {model}``: a child span per model call (``gen_ai.*``: models, response id, the
   token counts including cache reads and writes, finish reasons).
 - ``execute_tool {name}``: a child span per tool call (``gen_ai.tool.*`` and the outcome
@@ -41,6 +45,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Awaitable, Coroutine, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -94,6 +99,20 @@ class _Attempt:
         self.span = span
         self.token: contextvars.Token[_Attempt | None] | None = None
         self.span_id = format(span.get_span_context().span_id, "016x")
+        self.held: list[tuple[Span, int]] = []
+        """Spans of calls the run's stop cut short, with their end times: sent only if
+        the stop is saved (see :func:`end_attempt`)."""
+        self.end_saved: bool | None = None
+        """Once the attempt ended: whether its end is saved (None: not ended yet)."""
+
+    def end(self, span: Span, error: BaseException) -> None:
+        """End ``span``, a call that raised ``error``: now, or with the attempt if
+        ``error`` stops the run (a signal, a cancellation: not an ``Exception``). A call
+        cancelled after the attempt ended goes as the attempt went."""
+        if isinstance(error, Exception) or self.end_saved:
+            span.end()
+        elif self.end_saved is None:
+            self.held.append((span, time.time_ns()))
 
 
 _lock = threading.Lock()
@@ -256,6 +275,12 @@ def _end(attempt: _Attempt, state: State) -> None:
         _attempt.reset(attempt.token)  # a subagent's run gives its caller's back
     except ValueError:  # ended in another context than it began
         _attempt.set(None)
+    attempt.end_saved = state.saved_entries >= len(state.history)
+    if not attempt.end_saved:
+        # Its end is not in the store: the next attempt rebuilds this one from what is.
+        return
+    for held, ended_at in attempt.held:
+        held.end(end_time=ended_at)
     span = attempt.span
     span.set_attribute("alpineagents.stop_reason", state.stopped or "none")
     span.set_attribute("alpineagents.turns", state.turns)
@@ -318,10 +343,14 @@ async def _traced_chat(
         if request.get("system"):
             attributes["gen_ai.system_instructions"] = tracing.content(request["system"])
     context = tracing.trace.set_span_in_context(attempt.span)
-    with tracing.tracer.start_as_current_span(
-        f"chat {model}", context=context, attributes=attributes, end_on_exit=True
-    ) as span:
-        answer = await reply
+    span = tracing.tracer.start_span(f"chat {model}", context=context, attributes=attributes)
+    try:
+        with tracing.trace.use_span(span):  # records an error, ends nothing
+            answer = await reply
+    except BaseException as error:
+        attempt.end(span, error)
+        raise
+    try:
         usage = answer.get("usage") or {}
         read = _count(usage, "cache_read_input_tokens")
         written = _count(usage, "cache_creation_input_tokens")
@@ -341,6 +370,8 @@ async def _traced_chat(
             output = [{"role": "assistant", "content": answer.get("content", [])}]
             span.set_attribute("gen_ai.output.messages", tracing.content(output))
         return answer
+    finally:
+        span.end()
 
 
 async def _traced_tool(attempt: _Attempt, call: ToolCall, work: Coroutine[Any, Any, _R]) -> _R:
@@ -354,20 +385,19 @@ async def _traced_tool(attempt: _Attempt, call: ToolCall, work: Coroutine[Any, A
     if tracing.capture:
         attributes["gen_ai.tool.call.arguments"] = tracing.content(call.input)
     context = tracing.trace.set_span_in_context(attempt.span)
-    # Not end_on_exit's own error handling: a cancelled call is "aborted", not an error text.
-    with tracing.tracer.start_as_current_span(
-        f"execute_tool {call.name}",
-        context=context,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
+    span = tracing.tracer.start_span(
+        f"execute_tool {call.name}", context=context, attributes=attributes
+    )
+    try:
+        # Not use_span's own error handling: a cancelled call is "aborted", not an error text.
+        with tracing.trace.use_span(span, record_exception=False, set_status_on_exception=False):
             result = await work
-        except BaseException as error:
-            span.set_attribute("alpineagents.tool.outcome", "aborted")
-            span.set_status(tracing.status(tracing.error_code, type(error).__name__))
-            raise
+    except BaseException as error:
+        span.set_attribute("alpineagents.tool.outcome", "aborted")
+        span.set_status(tracing.status(tracing.error_code, type(error).__name__))
+        attempt.end(span, error)
+        raise
+    try:
         _, outcome, content, failure = cast(tuple[Any, str, Any, BaseException | None], result)
         span.set_attribute("alpineagents.tool.outcome", outcome)
         if failure is not None:
@@ -376,6 +406,8 @@ async def _traced_tool(attempt: _Attempt, call: ToolCall, work: Coroutine[Any, A
         if tracing.capture:
             span.set_attribute("gen_ai.tool.call.result", tracing.content(content))
         return result
+    finally:
+        span.end()
 
 
 def _resumed(tracing: _Tracing, state: State, span: Span) -> None:

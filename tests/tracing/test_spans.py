@@ -22,8 +22,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from alpineagents import Agent, FileStore, Message, State, tool, tracing
+from alpineagents import Agent, FileStore, Message, State, open_store, tool, tracing
 from alpineagents.testing import ModelServer, hold, reply, tool_use
+from tests.bench.minio_server import S3Server
 from tests.paths import REPO
 
 SECRET = "sk-ant-secret-value-0123456789"
@@ -330,6 +331,52 @@ def test_an_attempt_lost_while_the_model_was_asked_has_a_failed_chat_span(
     (failed,) = [c for c in chats if c.status.status_code == StatusCode.ERROR]
     assert failed.parent is not None and failed.parent.span_id == rebuilt.context.span_id
     assert (failed.attributes or {})["error.type"] == "lost"
+
+
+def test_an_attempt_fenced_off_its_state_sends_no_span_its_successor_rebuilds(
+    model_server: ModelServer,
+    model_client: anthropic.Anthropic,
+    spans: InMemorySpanExporter,
+    minio: S3Server,
+) -> None:
+    # A pod deleted mid tool: the operator claims the State for its replacement before
+    # the pod's SIGTERM save lands, so that save is refused. The pod's spans of the
+    # attempt and of the call its stop cut short would stand beside the ones its
+    # successor rebuilds from the history: each attempt must be in the trace once.
+    url = f"s3://{minio.bucket}/{minio.unique_prefix()}?endpoint={minio.endpoint}&secure=false"
+    keys = {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key}
+
+    @tool
+    def slow() -> str:
+        """Runs while its pod is deleted."""
+        open_store(url, env=keys).claim("fenced")  # the operator, for the next pod
+        raise KeyboardInterrupt  # the pod's SIGTERM
+
+    model_server.add(reply(tool_use("slow", id="toolu_f")))
+    agent = Agent(
+        model="claude-sonnet-5", store=open_store(url, env=keys), tools=[slow], client=model_client
+    )
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        agent.run(State(id="fenced", messages=[Message.user("Go")]))
+    assert "StateFencedError" in "".join(getattr(stopped.value, "__notes__", []))
+    assert named(spans, "invoke_agent") == [] and named(spans, "execute_tool") == []
+
+    model_server.add(reply("Done."))
+    store = open_store(url, env=keys)
+    state = store.load("fenced")
+    store.claim("fenced")
+    assert Agent(model="claude-sonnet-5", store=store, client=model_client).run(state) == "Done."
+    attempts = named(spans, "invoke_agent")
+    assert sorted(str((a.attributes or {})["alpineagents.stop_reason"]) for a in attempts) == [
+        "answered",
+        "lost",
+    ]
+    lost = next(a for a in attempts if (a.attributes or {})["alpineagents.stop_reason"] == "lost")
+    (aborted,) = named(spans, "execute_tool")
+    assert (aborted.attributes or {})["gen_ai.tool.call.id"] == "toolu_f"
+    assert aborted.parent is not None and aborted.parent.span_id == lost.context.span_id
+    first_chat = named(spans, "chat")[0]  # sent by the fenced attempt as it ended
+    assert first_chat.parent is not None and first_chat.parent.span_id == lost.context.span_id
 
 
 def test_a_subagent_is_a_trace_of_its_own_linked_to_the_call_that_started_it(
