@@ -114,28 +114,6 @@ STORE_RETRY_SECONDS = 10.0
 """How soon a finished run whose saved State could not be read tries again."""
 CLAIM_RETRY_MAX_SECONDS = 30.0
 """Longest wait between two tries to claim a State before starting its replacement pod."""
-STOPPED_BY_THE_CLUSTER = frozenset(
-    {
-        "PodTerminating",  # deleted, drained or evicted through the API: seen stopping
-        "PodDeleted",  # gone before its end was seen
-        "Terminated",  # exit 143: SIGTERM, saved and stopped
-        "Evicted",
-        "NodeShutdown",
-        "NodeLost",
-        "PodStuckTerminating",  # its node presumed lost
-        "EvictionByEvictionAPI",
-        "PreemptionByScheduler",
-        "DeletionByTaintManager",
-        "TerminationByKubelet",
-        "DeletionByPodGC",
-        "DisruptionTarget",
-    }
-)
-"""Loss reasons of a pod that did not fail: the cluster stopped it (a delete, a drain, an
-eviction, its node gone). Its replacement starts at once, as a ReplicaSet replaces its
-pods; ``spec.restartPolicy``'s backoff is for a pod that failed (an error exit, a
-retryable error, OOM-killed, SIGKILL), which may fail again the same way. Each still
-counts toward ``maxRestarts``."""
 
 # Waiting reasons that mean "this will not start by itself soon": shown in status.
 _WAITING_ERRORS = frozenset(
@@ -416,7 +394,9 @@ class _Step:
             return self._wait_for_approval(pending, facts)
         if self.run.suspend:
             return self._suspend_now(None)
-        return self._lost(pod.name, outcome.reason, outcome.message, facts)
+        return self._lost(
+            pod.name, outcome.reason, outcome.message, facts, by_cluster=outcome.by_cluster
+        )
 
     def _interrupted(self) -> Decision:
         run, status = self.run, self.status
@@ -541,8 +521,17 @@ class _Step:
         )
 
     def _lost(
-        self, pod_name: str, reason: str, message: str, facts: JSON | None = None
+        self,
+        pod_name: str,
+        reason: str,
+        message: str,
+        facts: JSON | None = None,
+        *,
+        by_cluster: bool = True,
     ) -> Decision:
+        # ``by_cluster``: the pod did not fail, the cluster stopped it (deleted, drained,
+        # evicted, its node gone): replaced at once, as a ReplicaSet replaces its pods.
+        # The backoff is for a pod that failed, which may fail again the same way.
         # A pod can save its outcome and be gone before its exit was seen (deleted,
         # its node lost): what the store holds decides whether anything was lost.
         saved = self.saved
@@ -576,7 +565,7 @@ class _Step:
             return self._fail(
                 "RestartLimitExceeded", text, {**(facts or {}), "restarts": restarts}, (lost,)
             )
-        delay = 0.0 if reason in STOPPED_BY_THE_CLUSTER else policy.backoff(restarts)
+        delay = 0.0 if by_cluster else policy.backoff(restarts)
         changes: JSON = {
             **(facts or {}),
             "phase": Phase.INTERRUPTED,

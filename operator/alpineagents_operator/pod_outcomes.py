@@ -25,6 +25,9 @@ class PodOutcome:
     """answered | not_retryable | waiting | max_turns | budget_exceeded | lost"""
     reason: str
     message: str
+    by_cluster: bool = False
+    """A lost pod the cluster stopped (deleted, drained, evicted, its node gone): it did
+    not fail, so its replacement waits no backoff."""
 
 
 def outcome_of(pod: PodView) -> PodOutcome:
@@ -58,21 +61,33 @@ def outcome_of(pod: PodView) -> PodOutcome:
         return PodOutcome("lost", "OOMKilled", f"pod {name} was OOM-killed (exit {exit_info.code})")
     if pod.reason == "Evicted":
         return PodOutcome(
-            "lost", "Evicted", f"pod {name} was evicted: {pod.message or 'no message'}"
+            "lost",
+            "Evicted",
+            f"pod {name} was evicted: {pod.message or 'no message'}",
+            by_cluster=True,
         )
     if pod.disruption == "DeletionByPodGC" or pod.reason == "NodeLost":
-        return PodOutcome("lost", "NodeLost", f"pod {name} was lost with its node")
+        return PodOutcome("lost", "NodeLost", f"pod {name} was lost with its node", by_cluster=True)
     if pod.reason == "Terminated":  # graceful node shutdown
-        return PodOutcome("lost", "NodeShutdown", f"pod {name} was stopped by its node's shutdown")
+        return PodOutcome(
+            "lost",
+            "NodeShutdown",
+            f"pod {name} was stopped by its node's shutdown",
+            by_cluster=True,
+        )
     if pod.disruption is not None and exit_info is None:
-        return PodOutcome("lost", pod.disruption, f"pod {name} was disrupted ({pod.disruption})")
+        return PodOutcome(
+            "lost", pod.disruption, f"pod {name} was disrupted ({pod.disruption})", by_cluster=True
+        )
     if exit_info is None:
         return PodOutcome(
             "lost", "PodFailed", f"pod {name} failed: {pod.message or pod.reason or 'unknown'}"
         )
     code, report = exit_info.code, exit_info.report
     if code == ExitCode.SIGTERM:
-        return PodOutcome("lost", "Terminated", f"pod {name} was stopped (SIGTERM, exit 143)")
+        return PodOutcome(
+            "lost", "Terminated", f"pod {name} was stopped (SIGTERM, exit 143)", by_cluster=True
+        )
     if code == ExitCode.RETRYABLE:
         error = (report.error if report else None) or _tail(exit_info.message) or "no message"
         return PodOutcome("lost", "RetryableError", f"pod {name} hit a retryable error: {error}")
