@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from alpineagents.state import UNKNOWN_RESULT
 from tests.bench.images import ensure_images
 from tests.bench.kind_cluster import config_for_our_machines, environment, kind, node_logs
 from tests.bench.testbin import binary_path
@@ -230,9 +231,13 @@ def test_walkthrough_run_survives_its_pods_deletion_and_shows_in_the_viewer(
         logs = sh(command("kubectl -n agents logs disk-report-2"))
         assert logs.strip(), "the resumed pod logged nothing"
         # 6. The answer, from the resumed pod: the echo model repeats the interrupted
-        # command's result, which the new pod recorded as aborted.
+        # command's result, which is aborted. The deleted pod saves it so as it stops,
+        # "(aborted: SystemExit)", unless the operator's claim for the new pod fenced that
+        # save off first; then the new pod's load closes the call as a killed pod's.
+        aborted = sh("kubectl -n agents get ar disk-report -o jsonpath='{.status.abortedCalls}'")
+        assert len(json.loads(aborted)) == 1, aborted
         answer = sh(command("kubectl -n agents get ar disk-report -o jsonpath='{.status.answer}'"))
-        assert "aborted" in answer, answer
+        assert "(aborted: SystemExit)" in answer or UNKNOWN_RESULT in answer, answer
         password = sh(command("kubectl -n agents get secret alpineagents-minio"))
         assert password.strip(), "MinIO's generated root password is empty"
         # kind-config.yaml's port mapping: MinIO's S3 API on the machine's loopback.
