@@ -27,6 +27,7 @@ from .context import (
 )
 from .interrupts import SignalsStopTheRun
 from .messages import Message, excerpt
+from .pacing import Pacer, Throttle
 from .permissions import AskPerson, Policy, allow_all
 from .state import State, StopReason, ToolCall, cleared_text, error_text
 from .store.base import Store, check_owner
@@ -61,6 +62,11 @@ class Agent:
     model's, from :data:`alpineagents.context.WINDOWS`, unless given); ``budget`` stops
     the run ``budget_exceeded`` at a limit; ``prices`` overrides the price table the
     estimated cost (``state.cost_usd``) is computed with.
+
+    A fleet on one key: each model request waits for its turn from ``pacer`` (by default
+    one per process and key, pacing by the provider's headers; a
+    :class:`~alpineagents.pacing.SharedPacer` asks the fleet's limiter). A 429 or 529 is a
+    wait, never a failed step; ``on_throttle(state, throttle)`` is told of each wait.
     """
 
     def __init__(
@@ -81,6 +87,8 @@ class Agent:
         compaction: Compaction | None = Compaction(),  # noqa: B008 - frozen, shared safely
         budget: Budget | None = None,
         prices: dict[str, Price] | None = None,
+        pacer: Pacer | None = None,
+        on_throttle: Callable[[State, Throttle], None] | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -102,6 +110,8 @@ class Agent:
         self.budget = budget
         self.prices = prices
         self.retry = retry or _model.Retry()
+        self.pacer = pacer
+        self.on_throttle = on_throttle
         self._client = client
 
     # ------------------------------------------------------------------ running
@@ -265,9 +275,7 @@ class Agent:
         )
         await self._save(state)
         try:
-            reply = await tracing.chat(
-                request, _model.ask(self._model_client(), request, self.retry)
-            )
+            reply = await tracing.chat(request, self._ask(state, request))
         except Exception as error:
             # Taken back: the messages stay as they were, so the next think asks again.
             state.add("model_error", error_text(error), {"error": error_text(error)}, error)
@@ -392,13 +400,13 @@ class Agent:
         request = {**request, "messages": messages}
         if self.prompt_cache is not None:
             request = with_cache_breakpoints(request, self.prompt_cache)
-        reply = await tracing.chat(request, _model.ask(self._model_client(), request, self.retry))
+        reply = await tracing.chat(request, self._ask(state, request))
         summary = Message.assistant(reply.get("content", [])).text.strip()
         if not summary and "tools" in request:
             # It called a tool instead: ask once more with tools off (this request alone
             # misses the cache, as a changed tool_choice does).
             request = {**request, "tool_choice": {"type": "none"}}
-            reply = await _model.ask(self._model_client(), request, self.retry)
+            reply = await self._ask(state, request)
             summary = Message.assistant(reply.get("content", [])).text.strip()
         if not summary:
             raise RuntimeError(
@@ -558,6 +566,14 @@ class Agent:
                 "run(state) or arun(state) rather than think or use_tools on their own"
             )
         return await hold.toolsets.tools(state, self.tools)
+
+    async def _ask(self, state: State, request: dict[str, Any]) -> dict[str, Any]:
+        def report(throttle: Throttle) -> None:
+            tracing.throttled(throttle)
+            if self.on_throttle is not None:
+                self.on_throttle(state, throttle)
+
+        return await _model.ask(self._model_client(), request, self.retry, self.pacer, report)
 
     def _model_client(self) -> Any:
         run = _run_client.get(None)

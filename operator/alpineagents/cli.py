@@ -2,7 +2,8 @@
 
 ``run [FILE.yaml]`` runs or resumes an AgentRun (in a pod: the spec comes from the file
 ``ALPINEAGENTS_SPEC_FILE`` names); ``approve ID CALL`` answers calls a run waits on; ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
-what a store holds; ``ui`` shows it in a browser. Each command is a few lines over
+what a store holds; ``ui`` shows it in a browser; ``pacer`` shares a key's rate limits
+among runs (:mod:`alpineagents.pacing`). Each command is a few lines over
 :mod:`alpineagents.runner`.
 """
 
@@ -288,7 +289,22 @@ def _parser() -> argparse.ArgumentParser:
     command = commands.add_parser("ui", parents=[common], help="see runs in a browser")
     add_arguments(command)
     command.set_defaults(command=ui)
+
+    from .pacing import command as pacer
+
+    command = commands.add_parser("pacer", help="share a key's rate limits among runs")
+    pacer.add_arguments(command)
+    command.set_defaults(command=_pacer)
     return parser
+
+
+def _pacer(args: argparse.Namespace) -> int:
+    from .pacing.command import serve
+
+    try:
+        return serve(args)
+    except ValueError as error:
+        raise CommandError(str(error), ExitCode.NOT_RETRYABLE) from None
 
 
 def _log_format(args: argparse.Namespace) -> LogFormat:

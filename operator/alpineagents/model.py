@@ -1,4 +1,9 @@
-"""Asking the model: one request through the official anthropic client, with retries."""
+"""Asking the model: one request through the official anthropic client, paced and retried.
+
+A refusal for lack of capacity (429 rate limit, 529 overloaded) is a wait, never a failure:
+the request goes back to its pacer (:mod:`alpineagents.pacing`), which says when to send it
+again, for as long as it takes (or ``Retry.max_wait``). Other transient errors (a dropped
+connection, a 500) are retried ``Retry.attempts`` times."""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import anthropic
 
+from .pacing import HeaderPacer, Pacer, RateSignals, Report, Ticket, key_fingerprint, request_cost
+from .pacing.signals import Limit
 from .redaction import Redactor
 
 _STREAM_ABOVE = 4096  # max_tokens from which replies are streamed (long replies time out otherwise)
@@ -22,11 +29,17 @@ _STREAM_ABOVE = 4096  # max_tokens from which replies are streamed (long replies
 
 @dataclass(frozen=True)
 class Retry:
-    """How transient model errors are retried before they count as a failed ``think``."""
+    """How transient model errors are retried before they count as a failed ``think``.
+
+    ``attempts`` bounds the tries of a request that fails for a transient error (a dropped
+    connection, a 5xx). A refusal for lack of capacity (429, 529) is not counted: the
+    request waits as its pacer says, up to ``max_wait`` seconds in all (None: as long as it
+    takes, so a run ends only by its budget or a person), and then raises the refusal."""
 
     attempts: int = 5
     first_delay: float = 0.5
     max_delay: float = 30.0
+    max_wait: float | None = None
 
     def delay(self, attempt: int, error: BaseException) -> float:
         response = getattr(error, "response", None)
@@ -58,10 +71,49 @@ def _transient() -> tuple[type[BaseException], ...]:
         import httpx as http  # type: ignore[no-redef, import-not-found, unused-ignore]
     return (
         anthropic.APIConnectionError,  # also APITimeoutError
-        anthropic.RateLimitError,
-        anthropic.InternalServerError,  # 5xx, 529 overloaded among them
+        anthropic.InternalServerError,  # 5xx
         http.TransportError,  # a streamed reply dropped mid-way is raised unwrapped
     )
+
+
+def _capacity_refusal(error: BaseException) -> Limit | None:
+    """What a refusal for lack of capacity waits for: the key's limit the headers say is
+    spent (429), ``overloaded`` (529, the provider's own capacity), else None."""
+    status = getattr(error, "status_code", None)
+    if status == 529 or sdk_error(error, "OverloadedError"):
+        return "overloaded"
+    if status != 429:
+        return None
+    signals = _signals(error)
+    spent = [name for name, bucket in signals.buckets.items() if bucket.remaining <= 0]
+    order: tuple[Limit, ...] = ("input_tokens", "output_tokens", "tokens", "requests")
+    return next((limit for limit in order if limit in spent), "requests")
+
+
+def _signals(error_or_headers: Any) -> RateSignals:
+    response = getattr(error_or_headers, "response", None)
+    headers = getattr(response, "headers", None) if response is not None else error_or_headers
+    return RateSignals.from_headers(headers) if headers is not None else RateSignals()
+
+
+_process_pacers: dict[tuple[str, str], HeaderPacer] = {}
+
+
+def process_pacer(client: Any) -> HeaderPacer:
+    """The pacer every agent of this process shares for ``client``'s endpoint and key."""
+    key = (str(getattr(client, "base_url", "")), key_fingerprint(_key_of(client)))
+    pacer = _process_pacers.get(key)
+    if pacer is None:
+        pacer = _process_pacers[key] = HeaderPacer()
+    return pacer
+
+
+def _key_of(client: Any) -> str:
+    for name in ("api_key", "auth_token"):
+        value = getattr(client, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def sdk_error(error: BaseException, name: str) -> bool:
@@ -78,20 +130,44 @@ async def close(client: Any) -> None:
         await client.close()
 
 
-async def ask(client: Any, request: dict[str, Any], retry: Retry) -> dict[str, Any]:
-    """Send one Messages API request and return the reply as a plain dict.
+async def ask(
+    client: Any,
+    request: dict[str, Any],
+    retry: Retry,
+    pacer: Pacer | None = None,
+    report: Report | None = None,
+) -> dict[str, Any]:
+    """Send one Messages API request when ``pacer`` gives it its turn (by default, the
+    process's pacer for the client's key), and return the reply as a plain dict.
 
     ``client`` is an ``anthropic.AsyncAnthropic`` or ``anthropic.Anthropic`` (run on a
-    worker thread).
+    worker thread). ``report`` is told of each wait for capacity.
     """
+    pacer = pacer if pacer is not None else process_pacer(client)
+    ticket = Ticket(request_cost(request))
+    failures = 0
     try:
-        for attempt in range(retry.attempts):
+        while True:
+            await pacer.turn(ticket, report or _unreported)
             try:
-                return await _send(client, request)
-            except _transient() as error:
-                if attempt + 1 >= retry.attempts:
+                message, headers = await _send(client, request)
+            except Exception as error:
+                limit = _capacity_refusal(error)
+                if limit is not None:
+                    if retry.max_wait is not None and ticket.waited >= retry.max_wait:
+                        raise
+                    await pacer.refused(ticket, _signals(error), limit)
+                    continue
+                if not isinstance(error, _transient()):
                     raise
-                await asyncio.sleep(retry.delay(attempt, error))
+                await pacer.answered(ticket, _signals(error), {})
+                failures += 1
+                if failures >= retry.attempts:
+                    raise
+                await asyncio.sleep(retry.delay(failures - 1, error))
+                continue
+            await pacer.answered(ticket, RateSignals.from_headers(headers), _used(message))
+            return message
     except Exception as error:
         if sdk_error(error, "APIError"):
             # Some gateways echo the request's headers in their error bodies: the error is
@@ -99,10 +175,24 @@ async def ask(client: Any, request: dict[str, Any], retry: Retry) -> dict[str, A
             keys = [getattr(client, "api_key", None), getattr(client, "auth_token", None)]
             Redactor([key for key in keys if isinstance(key, str)]).exception(error)
         raise
-    raise AssertionError("unreachable")
 
 
-async def _send(client: Any, request: dict[str, Any]) -> dict[str, Any]:
+def _unreported(throttle: object) -> None:
+    return None
+
+
+def _used(message: dict[str, Any]) -> dict[Limit, int]:
+    """What an answer took from the key's limits, as the API counts them (cache reads are
+    free of the input limit)."""
+    usage = message.get("usage") or {}
+    uncached = int(usage.get("input_tokens") or 0) + int(
+        usage.get("cache_creation_input_tokens") or 0
+    )
+    return {"input_tokens": uncached, "output_tokens": int(usage.get("output_tokens") or 0)}
+
+
+async def _send(client: Any, request: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The reply as a plain dict, and the answer's headers (the key's rate-limit signals)."""
     import anthropic
 
     stream = request.get("max_tokens", 0) > _STREAM_ABOVE
@@ -110,16 +200,19 @@ async def _send(client: Any, request: dict[str, Any]) -> dict[str, Any]:
         if stream:
             async with client.messages.stream(**request) as replies:
                 message = await replies.get_final_message()
+                headers = replies.response.headers
         else:
-            message = await client.messages.create(**request)
+            raw = await client.messages.with_raw_response.create(**request)
+            message, headers = await raw.parse(), raw.headers
     else:
-        message = await asyncio.to_thread(_send_sync, client, request, stream)
+        message, headers = await asyncio.to_thread(_send_sync, client, request, stream)
     dumped: dict[str, Any] = message.model_dump(mode="json", exclude_none=True)
-    return dumped
+    return dumped, headers
 
 
-def _send_sync(client: Any, request: dict[str, Any], stream: bool) -> Any:
+def _send_sync(client: Any, request: dict[str, Any], stream: bool) -> tuple[Any, Any]:
     if stream:
         with client.messages.stream(**request) as replies:
-            return replies.get_final_message()
-    return client.messages.create(**request)
+            return replies.get_final_message(), replies.response.headers
+    raw = client.messages.with_raw_response.create(**request)
+    return raw.parse(), raw.headers

@@ -83,6 +83,13 @@ ENV_VERSION = "ALPINEAGENTS_VERSION"
 """The image's version (the Dockerfile's ``VERSION`` build argument, also its
 ``org.opencontainers.image.version`` label): the runner reports it as ``runnerVersion``
 (:func:`runner_version`), so a run's status says which image ended it across an upgrade."""
+ENV_PACER = "ALPINEAGENTS_PACER"
+"""The shared limiter's URL (``http://host:port``, the chart's ``pacing``): the runner asks
+it for a turn before each model request (:mod:`alpineagents.pacing`). Unset: the run paces
+itself by the model's rate-limit headers."""
+ENV_PACER_SHARE = "ALPINEAGENTS_PACER_SHARE"
+"""Whose share of the key a run's requests count against at the shared limiter (the
+operator sets the run's namespace; weights per share are the limiter's)."""
 ENV_PREFIX = "ALPINEAGENTS_"
 """The operator's variables: an AgentRun's ``spec.env`` cannot override these."""
 ENV_MCP_PREFIX = "ALPINEAGENTS_MCP_"

@@ -50,6 +50,7 @@ from collections.abc import Awaitable, Coroutine, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from .pacing import Throttle
 from .redaction import Redactor
 from .state import MODEL_STOPPED, Entry, State, ToolCall
 
@@ -313,6 +314,16 @@ def chat(request: dict[str, Any], reply: Awaitable[dict[str, Any]]) -> Awaitable
     if attempt is None:
         return reply
     return _traced_chat(attempt, request, reply)
+
+
+def throttled(throttle: Throttle) -> None:
+    """A wait for the key's capacity, as an event of the model call's span (off: nothing)."""
+    attempt = _attempt.get()
+    if attempt is not None:
+        attempt.tracing.trace.get_current_span().add_event(
+            "alpineagents.throttled",
+            {"limit": throttle.limit, "wait_s": throttle.seconds, "refused": throttle.refused},
+        )
 
 
 def tool(call: ToolCall, work: Coroutine[Any, Any, _R]) -> Coroutine[Any, Any, _R]:

@@ -505,7 +505,7 @@ class TestIfSavingFails:
         watched.fail_when = lambda entries: NO_SPACE if has_kind("model_error")(entries) else None
         state = new_state()
         with pytest.raises(anthropic.RateLimitError) as raised:
-            agent_for(watched, retry=Retry(attempts=1)).run(state)
+            agent_for(watched, retry=Retry(attempts=1, max_wait=0)).run(state)
         assert raised.value.__notes__ == [
             "saving the state also failed: OSError: [Errno 28] No space left on device"
         ]

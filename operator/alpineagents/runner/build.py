@@ -15,12 +15,14 @@ from ..agent import Agent
 from ..mcp import MCPServer
 from ..mcp_spec import MCPSpecError, mcp_servers
 from ..model import Retry
+from ..pacing import Pacer, SharedPacer, key_fingerprint
 from ..permissions import Decision, Policy
+from ..pod_contract import ENV_PACER, ENV_PACER_SHARE
 from ..state import ToolCall, error_text
 from .long_run_spec import prices_from
 from .spec import RunPlan, SpecError
 
-__all__ = ["build_agent"]
+__all__ = ["build_agent", "pacer_for"]
 
 
 def build_agent(
@@ -123,6 +125,26 @@ def _asking_first(names: frozenset[str], policy: Policy) -> Policy:
         return decision
 
     return decide
+
+
+def pacer_for(environ: Mapping[str, str], run: str, priority: int) -> Pacer | None:
+    """The shared limiter's pacer when ``ALPINEAGENTS_PACER`` names one (None: the process's
+    own pacer, by the headers). ``run`` keeps the run's place in line across its pods."""
+    url = environ.get(ENV_PACER)
+    if not url:
+        return None
+    key = environ.get("ANTHROPIC_API_KEY") or environ.get("ANTHROPIC_AUTH_TOKEN") or ""
+    endpoint = environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+    try:
+        return SharedPacer(
+            url,
+            key=key_fingerprint(f"{endpoint}\n{key}"),
+            run=run,
+            namespace=environ.get(ENV_PACER_SHARE) or "default",
+            priority=priority,
+        )
+    except ValueError as error:
+        raise SpecError(ENV_PACER, str(error)) from None
 
 
 def _retry_from(environ: Mapping[str, str]) -> Retry | None:

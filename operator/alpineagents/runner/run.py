@@ -26,6 +26,7 @@ from ..agent import Agent
 from ..errors import StateNotFoundError, StoreUnavailableError
 from ..liveness import RunningElsewhere, holding_run
 from ..messages import Message
+from ..pacing import Throttle
 from ..pod_contract import (
     ENV_STATE_ID,
     ENV_STORE,
@@ -40,7 +41,7 @@ from ..state import State, error_text
 from ..store.base import Store
 from ..store.url import open_store, redact
 from ..toolsets import ToolsetUnavailable
-from .build import build_agent
+from .build import build_agent, pacer_for
 from .progress import LoggedStore, ProgressLog
 from .spec import Approval, RunPlan, SpecError, parse_spec, read_manifest, spec_from_environment
 from .startup import StartupMarks
@@ -250,6 +251,9 @@ class _Run:
                 open_run_store(store_url, self.environ), self.log, self.redactor
             )
             agent = build_agent(plan, workdir=workdir, environ=self.environ)
+            assert self.state_id is not None
+            agent.pacer = agent.pacer or pacer_for(self.environ, self.state_id, plan.priority)
+            agent.on_throttle = agent.on_throttle or self._throttled
             self.marks.mark("opened")
         except SpecError as error:
             return self.result(ExitCode.NOT_RETRYABLE, "failed", str(error))
@@ -371,6 +375,20 @@ class _Run:
         if self.aborted:
             line += f"; closed as aborted: {', '.join(self.aborted)}"
         self._note("resume", line, startup=startup)
+
+    def _throttled(self, state: State, throttle: Throttle) -> None:
+        """A line for each wait for the key's capacity: a throttled run says so."""
+        why = "refused (429/529), " if throttle.refused else ""
+        place = f", place {throttle.position} in line" if throttle.position else ""
+        self._note(
+            "throttled",
+            f"{why}waiting {throttle.seconds:.1f} s for {throttle.limit}{place} "
+            f"({throttle.total:.1f} s so far)",
+            limit=throttle.limit,
+            waitSeconds=round(throttle.seconds, 3),
+            waitedSeconds=round(throttle.total, 3),
+            position=throttle.position,
+        )
 
     def _note(self, event: str, text: str, **fields: Any) -> None:
         if self.log is not None:

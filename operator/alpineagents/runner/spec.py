@@ -64,6 +64,7 @@ class RunPlan:
     system: str | None = None
     max_turns: int | None = None
     max_tokens: int | None = None
+    priority: int = 0
     tools: tuple[str, ...] = ()
     agent: str | None = None
     require_approval: tuple[str, ...] = ()
@@ -81,6 +82,7 @@ _SPEC_FIELDS = (
     "system",
     "maxTurns",
     "maxTokens",
+    "priority",
     "tools",
     "agent",
     "requireApproval",
@@ -140,6 +142,12 @@ def parse_spec(spec: object, *, where: str = "spec", strict: bool = False) -> Ru
     system = _optional(spec, "system", where)
     max_turns = _positive_int(spec, "maxTurns", where)
     max_tokens = _positive_int(spec, "maxTokens", where)
+    priority = spec.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise SpecError(
+            f"{where}.priority",
+            f"must be a whole number (higher goes first when runs wait for the key), not {priority!r}",
+        )
     tools = tuple(_names(spec, "tools", where))
     unknown = [name for name in tools if name not in builtin_tools.NAMES]
     if unknown:
@@ -163,6 +171,7 @@ def parse_spec(spec: object, *, where: str = "spec", strict: bool = False) -> Ru
         system=system,
         max_turns=max_turns,
         max_tokens=max_tokens,
+        priority=priority,
         tools=tools,
         agent=agent,
         require_approval=tuple(_names(spec, "requireApproval", where)),

@@ -14,7 +14,8 @@ From a shell: ``python -m alpineagents.testing serve --port 0 --script turns.jso
 
 The kit, by module: :mod:`.script` (the turns and script files), :mod:`.echo` (the echo
 model), :mod:`.server` (:class:`ModelServer`), :mod:`.billing` (what the server charges:
-prompt caching, the context window, :class:`Bill`), :mod:`.memory_store` (:class:`MemoryStore`,
+prompt caching, the context window, :class:`Bill`), :mod:`.rate_limits` (the API's rate
+limits, :class:`RateLimits`), :mod:`.memory_store` (:class:`MemoryStore`,
 the spec's store of your own) and :mod:`.conformance` (the store conformance suite, to
 run on your own store; it needs pytest, so import it from there).
 """
@@ -22,6 +23,7 @@ run on your own store; it needs pytest, so import it from there).
 from .billing import Bill
 from .echo import echo_reply
 from .memory_store import MemoryStore
+from .rate_limits import RateLimits
 from .script import (
     Drop,
     Failure,
@@ -47,6 +49,7 @@ __all__ = [
     "Hold",
     "MemoryStore",
     "ModelServer",
+    "RateLimits",
     "RecordedRequest",
     "Reply",
     "StopReason",

@@ -3,7 +3,9 @@
 The first stdout line is the server's base URL (for ``ANTHROPIC_BASE_URL``). It serves
 until SIGTERM or SIGINT; SIGUSR1 releases held turns. One log line per model request
 goes to stderr. It bills like the API (prompt caching; ``--no-cache`` for plain usage)
-and refuses prompts past ``--window`` tokens (200000 by default; 0 for no limit).
+and refuses prompts past ``--window`` tokens (200000 by default; 0 for no limit). With
+``--rpm``, ``--itpm`` or ``--otpm`` it rate-limits like the API (requests, input tokens,
+output tokens a minute, in buckets of ``--burst-seconds`` of their rate).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from .rate_limits import RateLimits
 from .script import Turn, load_script
 from .server import ModelServer
 
@@ -42,11 +45,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="no prompt caching: usage is just input_tokens and output_tokens",
     )
+    for flag, what in (
+        ("--rpm", "requests"),
+        ("--itpm", "input tokens"),
+        ("--otpm", "output tokens"),
+    ):
+        serve.add_argument(
+            flag, type=int, metavar="N", help=f"rate-limit to N {what} a minute, as the API does"
+        )
+    serve.add_argument(
+        "--burst-seconds",
+        type=float,
+        default=3.0,
+        metavar="S",
+        help="each rate limit's bucket holds S seconds of its rate (default 3)",
+    )
     args = parser.parse_args(argv)
     if args.window < 0:
         parser.error(f"--window must be 0 (no limit) or a number of tokens, got {args.window}")
     if args.script is None and not args.echo:
         parser.error("serve needs --script FILE, --echo, or both")
+    limits: RateLimits | None = None
+    if (args.rpm, args.itpm, args.otpm) != (None, None, None):
+        try:
+            limits = RateLimits(args.rpm, args.itpm, args.otpm, args.burst_seconds)
+        except ValueError as exc:
+            parser.error(str(exc))
 
     turns: list[Turn] = []
     echo = bool(args.echo)
@@ -68,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         echo=echo,
         window=args.window or None,
         billing=not args.no_cache,
+        limits=limits,
         host=args.host,
         port=args.port,
     ) as server:

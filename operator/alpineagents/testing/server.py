@@ -39,6 +39,15 @@ Tokens are counted as :func:`.billing.count_tokens` does (about 4 characters of 
 token). A prompt of more than ``window`` tokens (200,000 by default; ``None`` for no
 limit) gets the API's 400 "prompt is too long: N tokens > 200000 maximum" and does not
 use a turn; ``count_tokens`` answers the prompt's size.
+
+With ``limits=RateLimits(...)`` it limits like the API (:mod:`.rate_limits`): requests,
+uncached input tokens and output tokens (``max_tokens`` reserved, the unused part given
+back) a minute, as token buckets on ``clock``. A model request that finds no room gets
+the API's 429 ``rate_limit_error`` with ``retry-after`` and ``retry-after-ms``, is
+recorded in :attr:`~ModelServer.requests` and uses no turn; every answer to a model
+request carries the ``anthropic-ratelimit-*`` headers. Without ``limits`` (the default)
+nothing is limited and no such headers are sent. :attr:`~ModelServer.rate_limited` counts
+the limiter's 429s; :attr:`~ModelServer.answers` has each answer's time and status.
 """
 
 from __future__ import annotations
@@ -72,6 +81,7 @@ from .billing import (
     prompt_too_long,
 )
 from .echo import echo_reply
+from .rate_limits import Admission, Outcome, RateLimiter, RateLimits, Refusal
 from .script import Drop, Failure, Hold, Reply, Turn, as_answer
 
 __all__ = ["ModelServer", "RecordedRequest"]
@@ -114,10 +124,11 @@ class ModelServer:
     """The scripted Messages API on a loopback port, in a background thread.
 
     ``ModelServer(script, echo=False, respond=None, window=200_000,
-    min_cacheable_tokens=1024, billing=True, clock=time.monotonic)``; use as a context
-    manager or call :meth:`start` / :meth:`stop`. Thread-safe: tests may :meth:`add`
-    turns, read :attr:`requests` and :attr:`bill` and :meth:`release` holds while clients
-    are talking to it. See the module docstring for billing and the window.
+    min_cacheable_tokens=1024, billing=True, clock=time.monotonic, limits=None)``; use as
+    a context manager or call :meth:`start` / :meth:`stop`. Thread-safe: tests may
+    :meth:`add` turns, read :attr:`requests` and :attr:`bill` and :meth:`release` holds
+    while clients are talking to it. See the module docstring for billing, the window and
+    rate limits.
     """
 
     def __init__(
@@ -130,6 +141,7 @@ class ModelServer:
         min_cacheable_tokens: int = DEFAULT_MIN_CACHEABLE_TOKENS,
         billing: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        limits: RateLimits | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -145,6 +157,11 @@ class ModelServer:
         self.respond = respond
         self.window = window
         self.billing = billing
+        self.limits = limits
+        self._clock = clock
+        self._limiter = RateLimiter(limits, clock=clock) if limits is not None else None
+        self._rate_limited = 0
+        self._answers: list[Outcome] = []
         self._cache = PromptCache(min_cacheable_tokens=min_cacheable_tokens, clock=clock)
         self._bill = Bill()
         self._address = (host, port)
@@ -264,6 +281,21 @@ class ModelServer:
             return list(self._requests)
 
     @property
+    def rate_limited(self) -> int:
+        """How many model requests the rate limits refused (a scripted 429 is not counted)."""
+        with self._lock:
+            return self._rate_limited
+
+    @property
+    def answers(self) -> list[Outcome]:
+        """How each model request was answered, in the order the status lines went out (a
+        copy): :class:`~.rate_limits.Outcome` ``(at, status, rate_limited)``, ``at`` on
+        ``clock``. A request dropped before any byte, or cut short by :meth:`stop` while
+        held or delayed, has none."""
+        with self._lock:
+            return list(self._answers)
+
+    @property
     def token_count_requests(self) -> list[RecordedRequest]:
         """Every ``POST /v1/messages/count_tokens`` request so far (a copy)."""
         with self._lock:
@@ -327,9 +359,11 @@ class ModelServer:
             self._arrived.notify_all()
             return number, turn, released
 
-    def _record_malformed(self, recorded: RecordedRequest) -> None:
+    def _record_refused(self, recorded: RecordedRequest, *, rate_limited: bool = False) -> None:
         with self._lock:
             self._requests.append(recorded)
+            if rate_limited:
+                self._rate_limited += 1
             self._arrived.notify_all()
 
     def _record_token_count(self, recorded: RecordedRequest) -> None:
@@ -347,6 +381,29 @@ class ModelServer:
         if whole and self.window is not None and tokens > self.window:
             return prompt_too_long(tokens, self.window)
         return _Admitted(prompt, tokens)
+
+    def _limit(self, admitted: _Admitted, max_tokens: int) -> Admission | Refusal | None:
+        """Take the request's share of the rate limits (None: no limits)."""
+        if self._limiter is None:
+            return None
+        if admitted.prompt is None:
+            uncached = admitted.tokens
+        else:
+            # What the cache holds now; a request charged meanwhile may change it a little,
+            # as the API's own estimate may be off.
+            usage = self._cache.quote(admitted.prompt)
+            uncached = usage.input_tokens + usage.cache_creation_input_tokens
+        return self._limiter.admit(uncached, max_tokens)
+
+    def _settle(self, admission: Admission | None, output_tokens: int) -> None:
+        if self._limiter is not None and admission is not None:
+            self._limiter.settle(admission, output_tokens)
+
+    def _answered(self, status: int, rate_limited: bool) -> dict[str, str]:
+        """Note a model request's answer; returns the rate-limit headers it carries."""
+        with self._lock:
+            self._answers.append(Outcome(self._clock(), status, rate_limited))
+        return self._limiter.headers() if self._limiter is not None else {}
 
     def _charge(self, admitted: _Admitted, output_tokens: int) -> dict[str, Any]:
         """Bill one reply; returns the input half of its ``usage``."""
@@ -423,6 +480,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "alpineagents-scripted-model"
     server: _HTTPServer
+    # Per request (a keep-alive connection serves several): whether the answer is to a
+    # model request, which carries rate-limit headers and is counted in answers.
+    _model_request = False
+    _rate_limited = False
 
     def setup(self) -> None:
         super().setup()
@@ -439,10 +500,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     # routing
 
     def do_GET(self) -> None:
+        self._model_request = False
         self._send_error(404, "not_found_error", f"{self.command} {self.path} is not served")
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
+        self._model_request, self._rate_limited = path == "/v1/messages", False
         raw = self._read_body()
         headers = {k.lower(): v for k, v in self.headers.items()}
         try:
@@ -468,9 +531,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if isinstance(admitted, str):
             # Refused before the model sees it, as the API does: no turn is used.
-            model._record_malformed(recorded)
+            model._record_refused(recorded)
             self._send_error(400, "invalid_request_error", admitted)
             return
+        admission = model._limit(admitted, recorded.body["max_tokens"])
+        if isinstance(admission, Refusal):
+            model._record_refused(recorded, rate_limited=True)
+            self._rate_limited = True
+            self._send_failure(Failure(429, admission.message, retry_after=admission.retry_after))
+            return
+        try:
+            self._take_and_answer(recorded, admitted, admission)
+        finally:
+            # An answer that was no reply (a failure, a drop, a hold or delay cut short)
+            # gives back the whole output reservation; a reply has settled already.
+            model._settle(admission, 0)
+
+    def _take_and_answer(
+        self, recorded: RecordedRequest, admitted: _Admitted, admission: Admission | None
+    ) -> None:
+        model = self.server.model
         number, turn, released = model._take_turn(recorded)
         answer = as_answer(turn) if turn is not None else None
         if isinstance(answer, Hold):
@@ -488,7 +568,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         try:
-            self._answer(recorded, admitted, answer)
+            self._answer(recorded, admitted, admission, answer)
         except (BrokenPipeError, ConnectionResetError):
             # The client went away mid-answer; nothing left to tell it.
             self.close_connection = True
@@ -496,7 +576,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     # answers
 
     def _answer(
-        self, recorded: RecordedRequest, admitted: _Admitted, answer: Reply | Failure | Drop
+        self,
+        recorded: RecordedRequest,
+        admitted: _Admitted,
+        admission: Admission | None,
+        answer: Reply | Failure | Drop,
     ) -> None:
         model = self.server.model
         if isinstance(answer, Failure):
@@ -513,10 +597,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             content = wire.content_blocks(answer)
-            usage = model._charge(admitted, wire.count_output_tokens(content))
+            output_tokens = wire.count_output_tokens(content)
+            usage = model._charge(admitted, output_tokens)
             if recorded.stream:
-                self._stream_reply(recorded, answer, content, usage)
+                try:
+                    self._stream_reply(recorded, answer, content, usage)
+                finally:  # the reservation holds while the reply streams
+                    model._settle(admission, output_tokens)
             else:
+                # Before the headers go out, so they show the reply's own count.
+                model._settle(admission, output_tokens)
                 message = wire.message(recorded.body, answer, content, usage)
                 self._send_json(200, message, wire.request_id_header())
 
@@ -567,7 +657,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self, status: int, payload: object, headers: Mapping[str, str] | None = None
     ) -> None:
         data = json.dumps(payload).encode("utf-8")
-        self.send_response(status)
+        self._status_line(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         for name, value in (headers or {}).items():
@@ -576,8 +666,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
+    def _status_line(self, status: int) -> None:
+        self.send_response(status)
+        if self._model_request:
+            for name, value in self.server.model._answered(status, self._rate_limited).items():
+                self.send_header(name, value)
+
     def _start_stream(self) -> None:
-        self.send_response(200)
+        self._status_line(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
