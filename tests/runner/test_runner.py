@@ -207,13 +207,14 @@ def test_a_spec_that_cannot_run_exits_65_naming_the_field(
 def test_a_model_that_stays_unavailable_exits_75_and_the_next_run_asks_again(
     workspace: Workspace, model_server: ModelServer
 ) -> None:
-    model_server.add(error(529), error(529))
+    # A 500 (a 529 overload is a wait, never a failure: tests/runtime/test_pacing.py).
+    model_server.add(error(500), error(500))
     manifest = workspace.manifest(prompt="Summarize.")
     runner = workspace.run(manifest, ALPINEAGENTS_MODEL_RETRIES="2")
     assert runner.process.returncode == ExitCode.RETRYABLE == 75
     assert runner.message["outcome"] == "retryable"
     assert runner.message["error"].startswith("model unavailable: ")
-    assert "529" in runner.message["error"]
+    assert "500" in runner.message["error"]
     assert len(model_server.requests) == 2
 
     model_server.add(reply("Summary."))

@@ -196,6 +196,10 @@ class Limiter:
         for key in {r.key for r in self._line.values()}:
             state = self._key(key, now)
             while (head := self._head(key, state)) is not None:
+                if self._learning(key, state):
+                    # Limits not known yet: one request at a time until an answer's headers
+                    # tell them, rather than a fleet's burst the provider refuses.
+                    break
                 blocked = self._blocked(state, head.need, now)
                 if blocked is not None:
                     head.blocked_by = blocked
@@ -210,7 +214,7 @@ class Limiter:
         for key in {r.key for r in self._line.values() if r.present}:
             state = self._key(key, now)
             head = self._head(key, state)
-            if head is not None:
+            if head is not None and not self._learning(key, state):  # done() wakes those
                 waits.append(self._wait(state, head.need, now))
         return min(waits) if waits else None
 
@@ -293,6 +297,9 @@ class Limiter:
                 and limit not in state.buckets
             ):
                 self._set_rate(state, limit, reported.limit, now, start_empty=False)
+
+    def _learning(self, key: str, state: _Key) -> bool:
+        return not state.buckets and any(k == key for k, _, _ in self._granted.values())
 
     def _in_order(self, key: str, state: _Key) -> list[_Request]:
         mine = [r for r in self._line.values() if r.key == key]

@@ -3,8 +3,8 @@ before each model request (``alpineagents pacer``, and the chart's ``pacing``).
 
 JSON over HTTP/1.1, one request per connection:
 
-- ``POST /v1/turns`` ``{"key", "run", "namespace", "priority", "need"}``: waits up to
-  ``poll_seconds`` for the turn. ``{"ticket", "waited", "limit"}`` when it is the run's
+- ``POST /v1/turns`` ``{"key", "run", "namespace", "priority", "need", "wait"}``: waits
+  up to ``wait`` seconds (at most ``poll_seconds``) for the turn. ``{"ticket", "waited", "limit"}`` when it is the run's
   turn; else ``{"ticket": null, "position", "waited", "limit"}`` and the run asks again,
   keeping its place.
 - ``POST /v1/done`` ``{"ticket", "used", "signals", "refused"}``: how the request went.
@@ -74,7 +74,10 @@ class PacingService:
         poll: asyncio.Future[Grant | None] = asyncio.get_running_loop().create_future()
         self._polls[run] = poll
         self._wake.set()
-        await asyncio.wait({poll}, timeout=self.poll_seconds)
+        wait = body.get("wait", self.poll_seconds)
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
+            raise ValueError(f"wait must be a number of seconds, got {wait!r}")
+        await asyncio.wait({poll}, timeout=min(float(wait), self.poll_seconds))
         grant = poll.result() if poll.done() else None
         if self._polls.get(run) is poll:
             del self._polls[run]
@@ -151,11 +154,11 @@ class PacingService:
     # ------------------------------------------------------------------ inside
     async def _dispatch(self) -> None:
         while True:
+            self._wake.clear()  # before the grants: a wake during them is not lost
             for grant in self.limiter.grants():
                 poll = self._polls.get(grant.run)
                 if poll is not None and not poll.done():
                     poll.set_result(grant)
-            self._wake.clear()
             wait = self.limiter.seconds_to_next()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(

@@ -20,6 +20,7 @@ __all__ = ["SharedPacer"]
 _log = logging.getLogger("alpineagents.pacing")
 _CONNECT_SECONDS = 5.0
 _TRY_AGAIN_SECONDS = 30.0  # after the limiter could not be reached, ask it again this late
+_FIRST_POLL_SECONDS = 2.0
 
 
 class SharedPacer:
@@ -54,6 +55,8 @@ class SharedPacer:
         # A ticket refused by the provider goes back in line: the limiter holds the key
         # back for the refusal's retry-after, so the wait is its, not a sleep of ours.
         ticket.id = None
+        # The first ask is short, so a run that waits says so soon; later ones are long.
+        wait = min(_FIRST_POLL_SECONDS, self.poll_seconds)
         while time.monotonic() >= self._unreachable_until:
             body = {
                 "key": self.key,
@@ -61,21 +64,20 @@ class SharedPacer:
                 "namespace": self.namespace,
                 "priority": self.priority,
                 "need": dict(ticket.need),
+                "wait": wait,
             }
-            answer = await self._post(
-                "/v1/turns", body, timeout=self.poll_seconds + _CONNECT_SECONDS
-            )
+            answer = await self._post("/v1/turns", body, timeout=wait + _CONNECT_SECONDS)
             if answer is None:
                 break
             if answer.get("ticket"):
                 ticket.id = str(answer["ticket"])
                 return
-            waited = float(answer.get("waited") or 0.0)
+            wait = self.poll_seconds
             report(
                 Throttle(
                     _limit(answer.get("limit")),
-                    self.poll_seconds,
-                    waited,
+                    wait,
+                    float(answer.get("waited") or 0.0),
                     position=answer.get("position"),
                     refused=ticket.refusals > 0,
                 )
