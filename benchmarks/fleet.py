@@ -91,7 +91,7 @@ class Fleet:
     def slowest_ratio(self) -> float:
         if not self.run_spans:
             return 0.0
-        return max(self.run_spans) / percentile(self.run_spans, 50)
+        return max(self.run_spans) / percentile(self.run_spans, 0.5)
 
     def shares(self) -> dict[str, int]:
         """Answered requests per share while both shares still had runs going."""

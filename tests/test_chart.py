@@ -875,8 +875,15 @@ def test_agent_pods_may_reach_only_dns_the_model_and_the_store(helm: Helm) -> No
         # The policy selects the pods the operator makes, by the labels it gives them.
         assert spec["podSelector"]["matchLabels"].items() <= run_labels("any").items()
         assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
-        dns, model, store = spec["egress"]
+        dns, model, store, pacer = spec["egress"]
         assert _egress_ports(dns) == [(53, "UDP"), (53, "TCP")]
+        # The shared limiter: its pods in the release's namespace, on its port only.
+        [limiter] = pacer["to"]
+        assert limiter["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "pacer"
+        assert limiter["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": namespaces[0]
+        }
+        assert _egress_ports(pacer) == [(8470, "TCP")]
         # The model API: public addresses only; never the cluster, the node or cloud metadata.
         [public] = model["to"]
         assert public["ipBlock"]["cidr"] == "0.0.0.0/0"
@@ -905,7 +912,7 @@ def test_network_policy_follows_your_store_and_model(helm: Helm) -> None:
     namespaces = _namespaces()
     values = CASES["own-store-secrets-from-values"](namespaces)
     spec = _run_pod_policies(helm.template(values, namespace=namespaces[0]))[namespaces[0]]
-    _, _, store = spec["egress"]
+    _, _, store, _ = spec["egress"]
     assert _egress_ports(store) == [(443, "TCP")]  # the port in store.url
     # Public addresses only: never every address in the cluster on the store's port.
     [public] = store["to"]
@@ -936,13 +943,13 @@ def test_network_policy_follows_your_store_and_model(helm: Helm) -> None:
         },
     }
     spec = _run_pod_policies(helm.template(plain, namespace=namespaces[0]))[namespaces[0]]
-    _, model, store, extra = spec["egress"]
+    _, model, store, extra, _ = spec["egress"]
     assert model["to"] == [{"ipBlock": {"cidr": "203.0.113.0/24"}}]
     assert _egress_ports(store) == [(9000, "TCP")]
     assert _egress_ports(extra) == [(8443, "TCP")]
 
     demo = helm.template(CASES["kind-demo"](namespaces), namespace="agents")
-    _, model, _ = _run_pod_policies(demo)["agents"]["egress"]
+    _, model, _, _ = _run_pod_policies(demo)["agents"]["egress"]
     assert model["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
         "echo-model"
     )
@@ -960,8 +967,8 @@ def test_traces_leave_agent_pods_only_for_the_collector_on_its_port(helm: Helm) 
     def traces_rule(endpoint: str, **policy: Any) -> dict[str, Any]:
         values = {"telemetry": {"otlpEndpoint": endpoint}, "networkPolicy": policy}
         [spec] = _run_pod_policies(helm.template(values)).values()
-        *_, traces = spec["egress"]
-        assert len(spec["egress"]) == 4, spec["egress"]  # DNS, model, store, traces
+        *_, traces, _ = spec["egress"]
+        assert len(spec["egress"]) == 5, spec["egress"]  # DNS, model, store, traces, pacer
         return traces
 
     by_ip = traces_rule("http://10.1.2.3:4318")
@@ -978,7 +985,7 @@ def test_traces_leave_agent_pods_only_for_the_collector_on_its_port(helm: Helm) 
     assert traces_rule("http://tempo.monitoring:4318", telemetryTo=[peer])["to"] == [peer]
     # Without an endpoint, no rule for traces.
     [spec] = _run_pod_policies(helm.template({})).values()
-    assert len(spec["egress"]) == 3
+    assert len(spec["egress"]) == 4
 
 
 def test_encryption_reaches_the_operator_and_the_pods(helm: Helm) -> None:
@@ -1284,3 +1291,42 @@ def test_telemetry_refuses_a_variable_that_is_not_otel(helm: Helm) -> None:
     assert result.returncode != 0
     # helm's schema error names the value and the pattern (its path is not always right).
     assert "'PATH' does not match pattern '^OTEL_" in result.stderr
+
+
+def test_the_shared_limiter_is_one_pod_runs_reach_and_nothing_else(helm: Helm) -> None:
+    values = {"pacing": {"requestsPerMinute": 60, "weights": {"team-a": 2}}}
+    objects = helm.template(values)
+    settings = _operator_settings(objects)
+    assert settings["ALPINEAGENTS_PACER"] == "http://test-alpineagents-pacer.default.svc:8470"
+    (deployment,) = [
+        d for d in _kinds(objects)["Deployment"] if d["metadata"]["name"].endswith("-pacer")
+    ]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # never two limiters at once
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    assert container["command"][3:] == [
+        "pacer",
+        "--host=0.0.0.0",
+        "--port=8470",
+        "--headroom=0.95",
+        "--rpm=60",
+        "--weight=team-a=2",
+    ]
+    (policy,) = [
+        p for p in _kinds(objects)["NetworkPolicy"] if p["metadata"]["name"].endswith("-pacer")
+    ]
+    assert policy["spec"]["egress"] == []
+    sources = policy["spec"]["ingress"][0]["from"]
+    assert [s["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for s in sources] == [
+        "agent-run",
+        "operator",
+    ]
+
+    off = helm.template({"pacing": {"enabled": False}})
+    assert _operator_settings(off)["ALPINEAGENTS_PACER"] == ""
+    assert not [d for d in _kinds(off)["Deployment"] if d["metadata"]["name"].endswith("-pacer")]
+    [spec] = _run_pod_policies(off).values()
+    assert len(spec["egress"]) == 3  # DNS, model, store

@@ -17,6 +17,8 @@ in each namespace where AgentRuns run.
 ``ALPINEAGENTS_STORE_ACCESS_KEY``      its key for AWS_ACCESS_KEY_ID
 ``ALPINEAGENTS_STORE_SECRET_KEY``      its key for AWS_SECRET_ACCESS_KEY
 ``ANTHROPIC_BASE_URL``                 passed on to pods when set
+``ALPINEAGENTS_PACER``                 the shared limiter's URL, passed on to pods (""
+                                       = none: runs pace by the model's headers)
 ``ALPINEAGENTS_POD_COMMAND``           JSON list, the pods' command
 ``ALPINEAGENTS_RESYNC_SECONDS``        safety-net period: every run is looked at this
                                        often (from the watches, no request) and
@@ -96,6 +98,9 @@ class OperatorConfig:
     store_access_key: str = "AWS_ACCESS_KEY_ID"
     store_secret_key: str = "AWS_SECRET_ACCESS_KEY"
     anthropic_base_url: str | None = None
+    pacer_url: str = ""
+    """The shared limiter every run pod asks for its turns (the chart's ``pacing``); "":
+    none, each run paces itself by the model's rate-limit headers."""
     pod_command: tuple[str, ...] = DEFAULT_POD_COMMAND
     service_account: str = ""
     resync_seconds: float = 30.0
@@ -227,6 +232,7 @@ class OperatorConfig:
             store_access_key=text("ALPINEAGENTS_STORE_ACCESS_KEY", defaults.store_access_key),
             store_secret_key=text("ALPINEAGENTS_STORE_SECRET_KEY", defaults.store_secret_key),
             anthropic_base_url=text("ANTHROPIC_BASE_URL", "") or None,
+            pacer_url=text("ALPINEAGENTS_PACER", defaults.pacer_url),
             pod_command=command,
             service_account=text("ALPINEAGENTS_SERVICE_ACCOUNT", defaults.service_account),
             resync_seconds=float(text("ALPINEAGENTS_RESYNC_SECONDS", str(defaults.resync_seconds))),

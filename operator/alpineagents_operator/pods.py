@@ -46,6 +46,8 @@ from alpineagents.pod_contract import (
     API_VERSION,
     ENV_ATTEMPT,
     ENV_ENCRYPTION_KEYS,
+    ENV_PACER,
+    ENV_PACER_SHARE,
     ENV_PREFIX,
     ENV_PRICES,
     ENV_SECRET_NAMES,
@@ -382,6 +384,16 @@ def _common_env(config: OperatorConfig, per_run_credentials: bool) -> list[JSON]
         ours.append({"name": "ANTHROPIC_BASE_URL", "value": config.anthropic_base_url})
     if config.prices:
         ours.append({"name": ENV_PRICES, "value": config.prices})
+    if config.pacer_url:
+        # The run's share of the key is its namespace's, read by the kubelet: no run can
+        # claim another's (spec.env cannot set ALPINEAGENTS_ variables).
+        ours.append({"name": ENV_PACER, "value": config.pacer_url})
+        ours.append(
+            {
+                "name": ENV_PACER_SHARE,
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            }
+        )
     ours += [{"name": k, "value": v} for k, v in config.run_otel_env.items()]  # traces
     if config.encryption_secret:
         ours.append(

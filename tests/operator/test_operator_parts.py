@@ -199,6 +199,18 @@ def test_the_spec_travels_in_an_immutable_secret_owned_by_the_agentrun() -> None
     assert "é" * 10 in text  # not \u-escaped: six bytes a character would not fit
 
 
+def test_run_pods_ask_the_shared_limiter_in_their_own_namespace_share() -> None:
+    from dataclasses import replace
+
+    config = replace(CONFIG, pacer_url="http://pacer.system.svc:8470")
+    run = agentrun(env=[{"name": "ALPINEAGENTS_PACER_SHARE", "value": "someone-else"}])
+    env = env_of(pod_manifest(run, 1, config))
+    assert env["ALPINEAGENTS_PACER"] == "http://pacer.system.svc:8470"
+    # Read by the kubelet from the pod itself: a run cannot take another namespace's share.
+    assert env["ALPINEAGENTS_PACER_SHARE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert "ALPINEAGENTS_PACER" not in env_of(pod_manifest(agentrun(), 1, CONFIG))
+
+
 def test_the_agentrun_shapes_its_pod() -> None:
     run = agentrun(
         image="mine:2",

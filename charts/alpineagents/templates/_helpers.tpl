@@ -219,6 +219,17 @@ MinIO, model and encryption Secrets). The operator refuses an AgentRun that name
 {{- printf "%s-echo-model" (include "alpineagents.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- define "alpineagents.pacer.fullname" -}}
+{{- printf "%s-pacer" (include "alpineagents.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* ALPINEAGENTS_PACER for the pods: the shared limiter's URL when it is deployed. */}}
+{{- define "alpineagents.pacer.url" -}}
+{{- if .Values.pacing.enabled -}}
+{{- printf "http://%s.%s.svc:%d" (include "alpineagents.pacer.fullname" .) .Release.Namespace (int .Values.pacing.port) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* ANTHROPIC_BASE_URL for the pods: the one given, else the echo model's when deployed. */}}
 {{- define "alpineagents.anthropic.baseUrl" -}}
 {{- if .Values.anthropic.baseUrl -}}
