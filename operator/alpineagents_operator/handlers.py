@@ -57,6 +57,7 @@ from .pods import MANAGED_BY, MANAGED_BY_LABEL
 from .reconciler import Reconciler
 from .resumes import PAGE
 from .standby_pool import StandbyView
+from .throttling import ThrottleWatch
 from .views import GROUP, PLURAL, RUN_LABEL, STANDBY_LABEL, VERSION
 from .watched import Watched
 
@@ -149,6 +150,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     tasks = [asyncio.create_task(_resync_forever(reconciler, config.resync_seconds))]
     if reconciler.resumes is not None:
         tasks.append(asyncio.create_task(reconciler.resumes.run()))
+    if config.pacer_url and reconciler.watched is not None:
+        throttles = ThrottleWatch(config.pacer_url, cluster, reconciler.watched)
+        tasks.append(asyncio.create_task(throttles.run()))
     memo[_MEMO_KEY] = _Running(config, reconciler, tasks)
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "conditions_for",
     "cost_text",
     "status_patch",
+    "throttled_text",
     "usage_status",
 ]
 
@@ -33,9 +34,12 @@ def conditions_for(
     generation: int,
     previous: Iterable[Mapping[str, Any]],
     now: datetime,
+    throttled: Mapping[str, Any] | bool | None = False,
 ) -> list[JSON]:
     """The status conditions for a phase: ``Running``, ``WaitingForApproval`` and
-    ``Succeeded`` (True, False on failure, Unknown while undecided).
+    ``Succeeded`` (True, False on failure, Unknown while undecided); and ``Throttled``
+    once a run has waited for its turn at the shared limiter (``status.throttled``: True
+    while it waits, False after; ``False`` for ``throttled``: never, no condition).
 
     ``lastTransitionTime`` moves only when a condition's status changes.
     """
@@ -59,6 +63,11 @@ def conditions_for(
             ),
         ),
     ]
+    if throttled is not False:
+        if isinstance(throttled, Mapping) and phase == Phase.RUNNING:
+            wanted.append(("Throttled", "True", "WaitingForTurn", throttled_text(throttled)))
+        else:
+            wanted.append(("Throttled", "False", "NotWaiting", ""))
     if phase == Phase.SUCCEEDED:
         wanted.append(("Succeeded", "True", "Answered", ""))
     elif phase == Phase.FAILED:
@@ -81,6 +90,16 @@ def conditions_for(
             }
         )
     return conditions
+
+
+def throttled_text(throttled: Mapping[str, Any]) -> str:
+    """What the ``Throttled`` condition says of a run waiting for its turn."""
+    place = throttled.get("position")
+    where = f", place {place} in line" if place else ""
+    return (
+        f"waiting for its turn on the model key's {throttled.get('limit')} limit since "
+        f"{throttled.get('since')}{where} (a 429 is a wait, never a failure)"
+    )
 
 
 def answer_text(answer: str | None) -> str | None:
@@ -127,6 +146,7 @@ def status_patch(run: AgentRunView, changes: JSON, now: datetime) -> JSON:
             run.generation,
             current.get("conditions") or [],
             now,
+            merged.get("throttled", False),
         )
     return {
         key: (str(value) if isinstance(value, Phase) else value)
