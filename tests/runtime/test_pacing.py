@@ -208,3 +208,23 @@ def test_a_key_whose_limits_are_not_known_goes_one_request_at_a_time_until_they_
     assert [g.run for g in limiter.grants()] == ["b"]
     clock.now += 1
     assert [g.run for g in limiter.grants()] == ["c"]
+
+
+def test_a_refusal_after_a_turn_holds_the_whole_key_back_for_its_retry_after() -> None:
+    from alpineagents.pacing import RateSignals
+
+    clock = FakeClock()
+    limiter = Limiter(KeyLimits(requests_per_minute=600), burst_seconds=1, headroom=1, clock=clock)
+    for run in ("a", "b"):
+        limiter.ask("key", run, "ns", 0, {"requests": 1})
+    clock.now += 1
+    first, _ = limiter.grants()
+    # Another client of the key spent it: the provider refuses a, for 5 s.
+    limiter.done(first.ticket, None, RateSignals(retry_after=5.0), refused="requests")
+    limiter.ask("key", "c", "ns", 0, {"requests": 1})
+    limiter.ask("key", "a", "ns", 0, {"requests": 1})  # after c, yet before it in line
+    clock.now += 4.9
+    assert limiter.grants() == []
+    assert {w.limit for w in limiter.waiting()} == {"requests"}
+    clock.now += 0.2
+    assert [g.run for g in limiter.grants()] == ["a", "c"]  # a kept its place

@@ -155,9 +155,7 @@ class Limiter:
         self._clock = clock
         self._keys: dict[str, _Key] = {}
         self._line: dict[str, _Request] = {}  # by run: one request at a time per run
-        self._granted: dict[
-            str, tuple[str, dict[Limit, int], float]
-        ] = {}  # ticket: key, need, when
+        self._granted: dict[str, tuple[_Request, float]] = {}  # ticket: request, when
         self._order = itertools.count()
         self._tickets = itertools.count(1)
 
@@ -229,9 +227,11 @@ class Limiter:
         tokens) settles what its grant reserved; ``refused`` (the provider's 429 for that
         limit, or a 529) holds the key back for its ``retry-after``."""
         now = self._clock()
-        key, need, _ = self._granted.pop(ticket, ("", {}, 0.0))
-        if not key:
+        granted = self._granted.pop(ticket, None)
+        if granted is None:
             return
+        request = granted[0]
+        key, need = request.key, request.need
         state = self._key(key, now)
         self._learn(state, signals, now)
         for limit, amount in (used or {}).items():
@@ -247,6 +247,11 @@ class Limiter:
             hold = signals.retry_after if signals.retry_after is not None else 1.0
             if now + hold > state.paused_until:
                 state.paused_until, state.paused_for = now + hold, refused
+            if request.run not in self._line:
+                # Refused through no fault of its own: back in line where it was, until
+                # its run asks again (it keeps its place as a replaced pod's does).
+                request.present, request.left_at, request.blocked_by = False, now, refused
+                self._line[request.run] = request
 
     def waiting(self) -> list[Waiting]:
         """Every request in line, with its place (1 is next)."""
@@ -299,7 +304,7 @@ class Limiter:
                 self._set_rate(state, limit, reported.limit, now, start_empty=False)
 
     def _learning(self, key: str, state: _Key) -> bool:
-        return not state.buckets and any(k == key for k, _, _ in self._granted.values())
+        return not state.buckets and any(r.key == key for r, _ in self._granted.values())
 
     def _in_order(self, key: str, state: _Key) -> list[_Request]:
         mine = [r for r in self._line.values() if r.key == key]
@@ -344,7 +349,7 @@ class Limiter:
             request.namespace, 0.0
         ) + 1.0 / self.weights.get(request.namespace, 1.0)
         ticket = f"t{next(self._tickets)}"
-        self._granted[ticket] = (request.key, dict(request.need), now)
+        self._granted[ticket] = (request, now)
         waited = now - request.since
         return Grant(ticket, request.run, waited, request.blocked_by if waited > 0 else None)
 
@@ -354,6 +359,6 @@ class Limiter:
                 del self._line[run]
         # A run whose pod died between its grant and its answer never reports: its
         # reservation has long been refilled by then, the ticket only takes memory.
-        for ticket, (_, _, when) in list(self._granted.items()):
+        for ticket, (_, when) in list(self._granted.items()):
             if now - when > _FORGET_GRANTS_AFTER:
                 del self._granted[ticket]

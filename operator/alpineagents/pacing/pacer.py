@@ -65,9 +65,12 @@ class Pacer(Protocol):
 
 class HeaderPacer:
     """Paces one process by what the answers say: a request waits while the last reported
-    bucket (projected forward at its rate) has no room for it, and after a refusal for
-    ``retry-after`` plus a random share of the time the bucket takes to fill, doubling
-    with each refusal in a row, so a fleet refused together does not come back together.
+    bucket (projected forward at its rate) has no room for it. Refusals widen a *spread*
+    (the time the bucket takes to fill, doubled with each refusal); each request waits a
+    random share of it before it goes, so a fleet refused together does not come back
+    together. Answers that find the bucket with room narrow it again (halved); answers
+    that find it empty keep it, so a process keeps its estimate of how contended the key
+    is between refusals instead of forgetting it at each success.
 
     It knows nothing of other processes on the key except through the headers; the shared
     limiter (:class:`~alpineagents.pacing.shared.SharedPacer`) does better for a fleet
@@ -92,15 +95,20 @@ class HeaderPacer:
         self._not_before = 0.0
         self._not_before_limit: Limit = "requests"
         self._refusals_in_a_row = 0
+        self._spread = 0.0
         self._last_uncached_input: int | None = None
 
     async def turn(self, ticket: Ticket, report: Report) -> None:
+        spread = self._rng() * self._spread
         while True:
             now = self._clock()
             limit, wait = self._not_before_limit, self._not_before - now
             short = self._projected().short_of(self._need(ticket))
             if short is not None and short[1] > wait:
                 limit, wait = short
+            if spread > wait:
+                limit, wait = "requests", spread
+            spread = 0.0
             if wait <= 0:
                 self._take(ticket)
                 return
@@ -114,6 +122,8 @@ class HeaderPacer:
         self._refusals_in_a_row = 0
         if "input_tokens" in used:
             self._last_uncached_input = used["input_tokens"]
+        if not any(bucket.remaining <= 0 for bucket in signals.buckets.values()):
+            self._spread = self._spread / 2 if self._spread > self.first_delay / 8 else 0.0
         self._learn(signals)
 
     async def refused(self, ticket: Ticket, signals: RateSignals, limit: Limit) -> None:
@@ -127,8 +137,8 @@ class HeaderPacer:
         else:
             bucket = signals.buckets.get(limit)
             fills = bucket.full_in if bucket is not None else self.first_delay
-            hint = signals.retry_after if signals.retry_after is not None else 0.0
-            wait = min(hint + self._rng() * fills * doubling, self.max_delay + hint)
+            self._spread = min(max(self._spread * 2, fills, self.first_delay), self.max_delay)
+            wait = signals.retry_after if signals.retry_after is not None else 0.0
         until = self._clock() + wait
         if until > self._not_before:
             self._not_before, self._not_before_limit = until, limit
