@@ -11,19 +11,9 @@ from typing import Any
 
 from alpineagents.pacing.limiter import Limiter
 from alpineagents.pacing.service import PacingService
+from tests.bench.clock import FakeClock
 
-
-class FakeClock:
-    """One clock for a limited model server, a limiter and a pacer: a pacer's sleep moves it."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.now += seconds
+__all__ = ["FakeClock", "Service"]
 
 
 class Service:

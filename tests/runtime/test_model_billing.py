@@ -23,6 +23,7 @@ from alpineagents.testing.billing import (
     Usage,
     count_tokens,
 )
+from tests.bench.clock import FakeClock
 
 pytestmark = pytest.mark.bench_infra
 
@@ -31,19 +32,6 @@ CACHE = {"type": "ephemeral"}
 CACHE_1H = {"type": "ephemeral", "ttl": "1h"}
 # Small enough that prompts stay small, large enough that a one-word prefix is not cached.
 MIN_TOKENS = 50
-
-
-class FakeClock:
-    """Seconds that pass only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def text(words: str, cache: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import pytest
 import alpineagents.testing
 from alpineagents.testing import ModelServer, RateLimits, error, hold, reply
 from alpineagents.testing.rate_limits import Admission, RateLimiter, Refusal
+from tests.bench.clock import FakeClock
 
 pytestmark = pytest.mark.bench_infra
 
@@ -34,19 +35,6 @@ HELLO = [{"role": "user", "content": "Hello"}]
 WAIT = 120.0  # a safety net for a held answer or a child process on a loaded machine
 LIMITS = ("requests", "input-tokens", "output-tokens", "tokens")
 RFC3339_SECOND = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
-
-
-class FakeClock:
-    """Seconds that pass only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @contextmanager

@@ -40,10 +40,12 @@ class KeyLimits:
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
                 raise ValueError(
-                    f"KeyLimits.{name} must be a whole number of at least 1 or None, got {value!r}"
+                    f"{type(self).__name__}: {name} must be a whole number of at least 1 or "
+                    f"None, got {value!r}"
                 )
 
     def per_minute(self, limit: Limit) -> int | None:
+        """The per-minute figure of one limit (None: unknown, or no limit)."""
         return {
             "requests": self.requests_per_minute,
             "input_tokens": self.input_tokens_per_minute,

@@ -27,11 +27,11 @@ from typing import Any
 
 from .limiter import Grant, Limiter
 from .signals import LIMITS, Limit, RateSignals
+from .wire import head, read_message
 
 __all__ = ["PacingService"]
 
 _log = logging.getLogger("alpineagents.pacing")
-_MAX_BODY = 64 * 1024
 _LIMITS_AND_OVERLOAD: tuple[Limit, ...] = (*LIMITS, "overloaded")
 
 
@@ -172,27 +172,20 @@ class PacingService:
             writer.close()
             return
         data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-        head = (
-            f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}\r\n"
-            f"content-type: {content_type}\r\ncontent-length: {len(data)}\r\n"
-            "connection: close\r\n\r\n"
-        )
+        reason = "OK" if status == 200 else "Error"
         with contextlib.suppress(ConnectionError):
-            writer.write(head.encode() + data)
+            writer.write(head(f"HTTP/1.1 {status} {reason}", content_type, len(data)) + data)
             await writer.drain()
         writer.close()
 
     async def _route(self, reader: asyncio.StreamReader) -> tuple[int, Any, str]:
-        request_line = (await reader.readline()).decode("latin-1").split()
-        length = 0
-        while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            if name.strip().lower() == "content-length":
-                length = int(value.strip() or 0)
-        if len(request_line) < 2 or length > _MAX_BODY:
-            return 400, {"error": "a request line and a body of at most 64 KiB"}, "application/json"
+        try:
+            request_line, raw = await read_message(reader)
+        except ValueError as error:
+            return 400, {"error": str(error)}, "application/json"
+        if len(request_line) < 2:
+            return 400, {"error": "no request line"}, "application/json"
         method, path = request_line[0], request_line[1].split("?")[0]
-        raw = await reader.readexactly(length) if length else b""
         try:
             body = json.loads(raw) if raw else {}
             if method == "POST" and not isinstance(body, dict):

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from .pacer import HeaderPacer, Report, Throttle, Ticket
 from .signals import Limit, RateSignals
+from .wire import head, read_message
 
 __all__ = ["SharedPacer"]
 
@@ -129,19 +130,9 @@ class SharedPacer:
         )
         try:
             data = json.dumps(body).encode()
-            writer.write(
-                f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(data)}\r\nconnection: close\r\n\r\n".encode()
-                + data
-            )
+            writer.write(head(f"POST {path} HTTP/1.1", "application/json", len(data)) + data)
             await writer.drain()
-            status_line = (await reader.readline()).decode("latin-1").split()
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-                name, _, value = line.decode("latin-1").partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value.strip() or 0)
-            payload = await reader.readexactly(length)
+            status_line, payload = await read_message(reader)
         finally:
             writer.close()
         if len(status_line) < 2 or status_line[1] != "200":

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from ..pacing.limiter import KeyLimits
+
 __all__ = ["Admission", "Limit", "Outcome", "RateLimiter", "RateLimits", "Refusal"]
 
 Limit = Literal["requests", "input_tokens", "output_tokens"]
@@ -62,7 +64,7 @@ _DOCS = "https://docs.claude.com/en/api/rate-limits"
 
 
 @dataclass(frozen=True)
-class RateLimits:
+class RateLimits(KeyLimits):
     """The API's limits for one key, enforced as token buckets (as the real API does:
     capacity is replenished continuously, not reset each minute).
 
@@ -70,20 +72,10 @@ class RateLimits:
     and at least one request; a single request larger than that (but within the
     per-minute figure) passes once its bucket is full."""
 
-    requests_per_minute: int | None = None
-    input_tokens_per_minute: int | None = None
-    output_tokens_per_minute: int | None = None
     burst_seconds: float = 3.0
 
     def __post_init__(self) -> None:
-        for name in ("requests_per_minute", "input_tokens_per_minute", "output_tokens_per_minute"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ValueError(
-                    f"RateLimits: {name} must be a positive int or None, got {value!r}"
-                )
+        super().__post_init__()
         burst = self.burst_seconds
         if (
             isinstance(burst, bool)
@@ -92,14 +84,6 @@ class RateLimits:
             or burst <= 0
         ):
             raise ValueError(f"RateLimits: burst_seconds must be > 0, got {burst!r}")
-
-    def per_minute(self, limit: Limit) -> int | None:
-        """The per-minute figure of one limit (None: unlimited)."""
-        if limit == "requests":
-            return self.requests_per_minute
-        if limit == "input_tokens":
-            return self.input_tokens_per_minute
-        return self.output_tokens_per_minute
 
 
 @dataclass
