@@ -144,7 +144,11 @@ def _manifest(folder: Path, run: str) -> Path:
         "apiVersion": "alpineagents.dev/v1",
         "kind": "AgentRun",
         "metadata": {"name": run},
-        "spec": {"model": "claude-sonnet-5", "prompt": f"fleet {run} read notes", "tools": ["read_file"]},
+        "spec": {
+            "model": "claude-sonnet-5",
+            "prompt": f"fleet {run} read notes",
+            "tools": ["read_file"],
+        },
     }
     path.write_text(json.dumps(spec))
     return path
@@ -167,7 +171,10 @@ def run_fleet(way: str, runs: int, per_minute: int, source: Path, work: Path, pa
         if pacer:
             limiter = subprocess.Popen(
                 [sys.executable, "-m", "alpineagents", "pacer", "--port", "0"],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
             )
             assert limiter.stdout is not None
             env["ALPINEAGENTS_PACER"] = limiter.stdout.readline().strip()
@@ -176,12 +183,24 @@ def run_fleet(way: str, runs: int, per_minute: int, source: Path, work: Path, pa
             for name in names:
                 run_env = {**env, "ALPINEAGENTS_PACER_SHARE": share_of[name]}
                 command = [
-                    sys.executable, "-m", "alpineagents", "run", str(_manifest(folder, name)),
-                    "--store", str(folder / "store"), "--log-format", "json",
+                    sys.executable,
+                    "-m",
+                    "alpineagents",
+                    "run",
+                    str(_manifest(folder, name)),
+                    "--store",
+                    str(folder / "store"),
+                    "--log-format",
+                    "json",
                 ]
                 log = (folder / f"{name}.log").open("w")
                 processes.append(
-                    (subprocess.Popen(command, cwd=folder, env=run_env, stdout=subprocess.DEVNULL, stderr=log), log)
+                    (
+                        subprocess.Popen(
+                            command, cwd=folder, env=run_env, stdout=subprocess.DEVNULL, stderr=log
+                        ),
+                        log,
+                    )
                 )
             deadline = time.monotonic() + RUN_DEADLINE
             for process, log in processes:
@@ -233,7 +252,11 @@ def _run_span(log: Path) -> float | None:
 
 def _checkout(rev: str, work: Path) -> Path:
     target = work / f"checkout-{rev}"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(target), rev], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(target), rev],
+        check=True,
+        capture_output=True,
+    )
     return target
 
 
@@ -264,8 +287,10 @@ def page(fleets: list[Fleet], before: str) -> str:
         "Goals: " + "; ".join(GOALS.values()) + ". The shares goal applies to the shared limiter "
         "(the other ways have no shares).",
         f"*before* is commit {before}, the code before pacing (five tries of a 429, then exit 75).",
-        "Exit codes: " + "; ".join(
-            f"{f.way} {f.runs}: " + ", ".join(f"{c}x{f.exit_codes.count(c)}" for c in sorted(set(f.exit_codes)))
+        "Exit codes: "
+        + "; ".join(
+            f"{f.way} {f.runs}: "
+            + ", ".join(f"{c}x{f.exit_codes.count(c)}" for c in sorted(set(f.exit_codes)))
             for f in fleets
         ),
         "",
@@ -274,8 +299,12 @@ def page(fleets: list[Fleet], before: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fleet", description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", default="30,100", help="fleet sizes, comma-separated (30 and 100 have limits)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.fleet", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--runs", default="30,100", help="fleet sizes, comma-separated (30 and 100 have limits)"
+    )
     parser.add_argument("--ways", default="before,headers,shared")
     parser.add_argument("--before", default=BEFORE, help="the commit of the code before pacing")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "fleet.md")
@@ -292,13 +321,27 @@ def main(argv: list[str] | None = None) -> int:
                 for way in ways:
                     source = before if way == "before" and before is not None else REPO
                     fleet = run_fleet(way, runs, per_minute, source, work, pacer=way == "shared")
-                    print(json.dumps({"way": way, "runs": runs, **fleet.met(), "refused": fleet.refused_share,
-                                      "makespan": fleet.makespan_ratio, "slowest": fleet.slowest_ratio,
-                                      "shares": fleet.shares()}), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "way": way,
+                                "runs": runs,
+                                **fleet.met(),
+                                "refused": fleet.refused_share,
+                                "makespan": fleet.makespan_ratio,
+                                "slowest": fleet.slowest_ratio,
+                                "shares": fleet.shares(),
+                            }
+                        ),
+                        flush=True,
+                    )
                     fleets.append(fleet)
         finally:
             if before is not None:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False)
+                subprocess.run(
+                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)],
+                    check=False,
+                )
                 shutil.rmtree(before, ignore_errors=True)
     args.out.write_text(page(fleets, args.before))
     print(f"wrote {args.out}")
