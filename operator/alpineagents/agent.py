@@ -40,6 +40,13 @@ _current_call: contextvars.ContextVar[tuple[State, str]] = contextvars.ContextVa
 # The model client of the run in this context: an async client belongs to one event loop.
 _run_client: contextvars.ContextVar[Any] = contextvars.ContextVar("run_client")
 _INTERRUPTS = (KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit)
+# A result that alone takes more than this part of the window is cut in the requests to the
+# smaller part (the history keeps all of it): room for the rest of the run and the reply.
+_HUGE_RESULT = 0.25
+_CUT_RESULT_TO = 0.1
+# Requests refused as too long in a row before the run fails: each must be smaller than
+# the one before, and a compaction that cannot get there ends the run with one error.
+_MAX_REFUSED_IN_A_ROW = 3
 # The API's refusal of a prompt past the window: "prompt is too long: N tokens > M maximum".
 _TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens")
 _SUMMARY_ASK = (
@@ -227,6 +234,7 @@ class Agent:
 
     async def _steps(self, state: State) -> StopReason:
         turns = 0
+        refused: list[int] = []  # sizes of the requests refused as too long, in a row
         while True:
             runnable = [c for c in state.pending_calls if c not in state.awaiting_approval]
             if runnable or (state.pending_calls and self.ask is not None):
@@ -248,9 +256,17 @@ class Agent:
                 too_long = _too_long(error)
                 if too_long is None or self.compaction is None:
                     raise
+                if len(refused) >= _MAX_REFUSED_IN_A_ROW or (refused and too_long >= refused[-1]):
+                    error.add_note(
+                        f"compacting did not bring the request inside the model's window "
+                        f"({', '.join(map(str, [*refused, too_long]))} tokens, refused in a row)"
+                    )
+                    raise
+                refused.append(too_long)
                 if not await self.compact(state, too_long=too_long):
                     raise  # nothing left to compact: the run cannot go on
                 continue
+            refused.clear()
             turns += 1
 
     def _over_budget(self, state: State) -> bool:
@@ -370,6 +386,20 @@ class Agent:
                 _, chars = self._next_request(state, tools, marked=False)
                 estimate = chars * ratio
         over = estimate > window * policy.trigger or estimate + self.max_tokens > window
+        cuts = _cuts(state.clearable_results(), window, ratio) if over else []
+        if cuts:
+            # A result no clearing or summary can make room for (it is among the newest):
+            # the requests carry its start and where the rest is; the history keeps it all.
+            state.add(
+                "cleared",
+                f"cut {len(cuts)} tool results too large for the context window",
+                {"through_seq": -1, "results": 0, "tokens": round(estimate), "cut": cuts},
+            )
+            await self._save(state)
+            changed = True
+            _, chars = self._next_request(state, tools, marked=False)
+            estimate = chars * ratio
+            over = estimate > window * policy.trigger or estimate + self.max_tokens > window
         if policy.summarize and estimate > target and (exhausted or over):
             changed = await self._summarize(state, tools, policy, window, ratio) or changed
         return changed
@@ -752,6 +782,15 @@ def _usage_of(reply: dict[str, Any]) -> dict[str, int]:
     """The four token counts of a reply (as the API reports them; absent ones are 0)."""
     usage = reply.get("usage", {})
     return {key: v for key in USAGE_KEYS if isinstance(v := usage.get(key, 0), int)}
+
+
+def _cuts(results: list[tuple[int, int]], window: int, ratio: float) -> list[list[int]]:
+    """``[seq, characters kept]`` of each result (``(seq, characters)``) that alone takes
+    more than :data:`_HUGE_RESULT` of the window: cut to :data:`_CUT_RESULT_TO` of it."""
+    keep = int(window * _CUT_RESULT_TO / ratio)
+    return [
+        [seq, keep] for seq, size in results if size * ratio > window * _HUGE_RESULT and keep < size
+    ]
 
 
 def _too_long(error: BaseException) -> int | None:

@@ -81,10 +81,13 @@ class Compaction:
 
     Before a request whose estimated size passes ``trigger`` (a fraction of the window),
     the run clears the results of older tool calls, keeping the newest ``keep_results``;
-    if the request is then still above ``target``, it replaces older turns by a summary
-    the model writes, keeping the last ``keep_turns`` turns as they are. A request the
-    API refuses as too long compacts the same way, then is sent again once.
-    ``clear_results=False`` or ``summarize=False`` leaves a step out.
+    a result that alone takes more than a quarter of the window is cut in the requests to
+    a tenth of it, with a line saying which entry of the history holds all of it; if the
+    request is then still above ``target``, it replaces older turns by a summary the model
+    writes, keeping the last ``keep_turns`` turns as they are. A request the API refuses
+    as too long compacts the same way and is sent again, at most three times in a row and
+    only while each refused request is smaller than the one before; then the run fails
+    with the API's error. ``clear_results=False`` or ``summarize=False`` leaves a step out.
     """
 
     trigger: float = 0.75

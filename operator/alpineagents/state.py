@@ -69,6 +69,21 @@ def cleared_text(seq: int) -> str:
     return f"(cleared to keep the context small: entry {seq} of the run's history)"
 
 
+def cut_text(content: Any, keep: int, seq: int) -> str:
+    """What a request carries instead of a result too large for the window: its first
+    ``keep`` characters of text, and where the whole of it is."""
+    if isinstance(content, str):
+        text = content
+    else:
+        text = "\n".join(
+            str(block.get("text", "")) for block in content if block.get("type") == "text"
+        )
+    return (
+        f"{text[:keep]}\n\n(cut to fit the context window: this result is {len(text):,} "
+        f"characters; all of it is entry {seq} of the run's history)"
+    )
+
+
 def check_id(state_id: object) -> str:
     """``state_id`` if stores can keep it, else ``ValueError`` saying what is wrong.
 
@@ -487,6 +502,10 @@ class State:
             self.context_edits += 1
         elif kind == "cleared":
             self._clear_results(int(data["through_seq"]))
+            # Results too large for the window, cut in the requests (older readers, which
+            # know no "cut", send them whole: the history is the same either way).
+            for seq, keep in data.get("cut", ()):
+                self._cut_result(int(seq), int(keep))
             self.context_edits += 1
         elif kind == "stop":
             self.stopped = cast(StopReason, str(data["reason"]))
@@ -516,6 +535,23 @@ class State:
                 if newer:
                     return  # the results from here on are newer
             self._uncleared = index + 1
+
+    def _cut_result(self, seq: int, keep: int) -> None:
+        """Put :func:`cut_text` for the result saved at ``seq`` in ``messages``."""
+        call_id = next((c for c, s in self._result_seqs.items() if s == seq), None)
+        for index in range(self._uncleared, len(self.messages)):
+            message = self.messages[index]
+            if message.role != "user" or isinstance(message.content, str):
+                continue
+            blocks = [
+                {**block, "content": cut_text(block.get("content", ""), keep, seq)}
+                if block.get("type") == "tool_result" and block.get("tool_use_id") == call_id
+                else block
+                for block in message.content
+            ]
+            if blocks != message.content:
+                self.messages[index] = Message.user(blocks)
+                return
 
     def clearable_results(self) -> list[tuple[int, int]]:
         """The results in ``messages`` not cleared yet, oldest first: (seq, characters)."""
