@@ -94,14 +94,13 @@ def test_a_one_mib_result_is_cut_in_the_requests_and_kept_whole_in_the_history(
 
 @pytest.mark.parametrize(
     ("size", "window", "compaction"),
-    [
-        (0, 8_000, Compaction()),
-        (30_000, 8_000, Compaction()),
-        (300_000, 8_000, Compaction(summarize=False)),
-        (2 * MIB, 100_000, Compaction(clear_results=False)),
-        (10 * MIB, 1_000_000, Compaction()),
-        (MIB, 200_000, Compaction(trigger=0.9, target=0.8)),
-    ],
+    list(
+        itertools.product(
+            [0, 30_000, 300_000, 2 * MIB, 10 * MIB],
+            [8_000, 100_000, 1_000_000],
+            [Compaction(), Compaction(summarize=False), Compaction(clear_results=False)],
+        )
+    ),
 )
 def test_any_result_size_answers_or_fails_once_within_a_bounded_number_of_requests(
     size: int, window: int, compaction: Compaction, tmp_path: Path
