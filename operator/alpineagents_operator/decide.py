@@ -45,11 +45,14 @@ Pending/Running           exit 77                      Failed (MaxTurns)
 Pending/Running           exit 78                      Failed (BudgetExceeded)
 Failed (BudgetExceeded)   spec.budget raised past      resume
                           status.usage and costUSD
-Pending/Running           other exit, Evicted,         suspend: Suspended. Otherwise lost*:
-                          OOMKilled, node lost,        restarts+1; over maxRestarts: Failed
-                          exit 143 / 75 / 137          (RestartLimitExceeded); else Interrupted
+Pending/Running           other exit, OOMKilled,       suspend: Suspended. Otherwise lost*:
+                          exit 75 / 137 / 1            restarts+1; over maxRestarts: Failed
+                                                       (RestartLimitExceeded); else Interrupted
                                                        with nextAttemptAt = now + backoff
-                                                       (none for a pod the cluster stopped)
+Pending/Running           stopped by the cluster:      lost*, a disruption: disruptions+1, not a
+                          deleted, drained (143),      restart; Interrupted, replaced at once, or
+                          Evicted, node lost           after 1, 2, 4 ... 300 s while each comes
+                                                       within 60 s of the last (DisruptionBackoff)
 Interrupted               suspend                      Suspended
 Interrupted               before nextAttemptAt         wait (requeue at nextAttemptAt)
 Interrupted               due                          resume
@@ -105,6 +108,7 @@ from .views import (
     current_pod_name,
     format_time,
     is_standby_pod,
+    parse_time,
     pod_name_for,
 )
 
@@ -112,6 +116,11 @@ STUCK_TERMINATING_SLACK = timedelta(seconds=30)
 """How long past its deletion deadline a pod may stay before its node counts as lost."""
 STORE_RETRY_SECONDS = 10.0
 """How soon a finished run whose saved State could not be read tries again."""
+DISRUPTION_QUICK = timedelta(seconds=60)
+"""Disruptions closer together than this (no drain of a node comes around that fast) back
+off: something may be deleting each new pod."""
+DISRUPTION_MAX_BACKOFF = 300.0
+"""The longest a run waits between two quick disruptions."""
 CLAIM_RETRY_MAX_SECONDS = 30.0
 """Longest wait between two tries to claim a State before starting its replacement pod."""
 
@@ -554,6 +563,8 @@ class _Step:
             if saved.stopped == "waiting_for_approval" and saved.pending_approvals:
                 return self._wait_for_approval(saved.pending_approvals, known)
             facts = known
+        if by_cluster:
+            return self._disrupted(pod_name, reason, message, facts)
         policy = self.run.restart_policy
         restarts = self.status.restarts + 1
         lost = RunEvent("Warning", "PodLost", f"{message} ({reason})")
@@ -580,6 +591,46 @@ class _Step:
             requeue_after=delay,
             lost_reason=reason,
             note=f"pod {pod_name} lost ({reason}): restart {restarts} in {delay:g}s",
+        )
+
+    def _disrupted(self, pod_name: str, reason: str, message: str, facts: JSON | None) -> Decision:
+        """A pod the cluster stopped (deleted, drained, evicted, its node gone): not a failure
+        of the run, so not a restart toward maxRestarts (as a Job's podFailurePolicy ignores
+        DisruptionTarget). Replaced at once, unless disruptions come faster than a drain
+        could bring them (something deleting each new pod): then each waits twice as long
+        as the one before, up to :data:`DISRUPTION_MAX_BACKOFF`, and the status says why."""
+        raw = self.status.raw
+        count = int(raw.get("disruptions") or 0) + 1
+        last = parse_time(raw.get("lastDisruptionAt"))
+        quick = int(raw.get("quickDisruptions") or 0)
+        quick = quick + 1 if last is not None and self.now - last < DISRUPTION_QUICK else 0
+        delay = min(2.0 ** (quick - 1), DISRUPTION_MAX_BACKOFF) if quick else 0.0
+        events = [RunEvent("Warning", "PodLost", f"{message} ({reason})")]
+        text = f"{message}; disruption {count}, not counted toward maxRestarts"
+        if delay:
+            slow = (
+                f"{quick + 1} disruptions in a row, each within {DISRUPTION_QUICK.seconds} s "
+                f"of the last: the next pod waits {delay:g}s"
+            )
+            text = f"{text}; {slow}"
+            events.append(RunEvent("Warning", "DisruptionBackoff", slow))
+        changes: JSON = {
+            **(facts or {}),
+            "phase": Phase.INTERRUPTED,
+            "disruptions": count,
+            "lastDisruptionAt": format_time(self.now),
+            "quickDisruptions": quick,
+            "nextAttemptAt": format_time(self.now + timedelta(seconds=delay)),
+            "reason": reason,
+            "message": text,
+        }
+        return self._to(
+            changes,
+            events=tuple(events),
+            requeue_after=delay,
+            lost_reason=reason,
+            note=f"pod {pod_name} stopped by the cluster ({reason}): disruption {count}, "
+            f"next pod in {delay:g}s",
         )
 
     def _suspend_now(self, current: PodView | None, delete: tuple[str, ...] = ()) -> Decision:

@@ -131,7 +131,7 @@ def test_a_helm_upgrade_under_load_loses_no_run_and_reruns_no_call(
             assert gate.starts(name) == 1
         for name in moved:
             done = wait_phase(node_env, name, "Succeeded")
-            assert done["attempt"] == 2 and done["restarts"] == 1, done
+            assert done["attempt"] == 2 and done["disruptions"] == 1, done
             # Runner 0.1.1-upgrade loaded the State runner 0.1.0 saved, closed the call
             # that pod was in as aborted (SIGTERM) and did not run it again.
             assert (done["runnerVersion"], done["runnerImage"]) == (UPGRADE_VERSION, new)

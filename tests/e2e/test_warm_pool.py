@@ -72,7 +72,7 @@ def test_a_lost_pod_resumes_in_the_waiting_standby_and_a_pool_of_zero_leaves_non
 
         done = wait_phase(node_env, name, "Succeeded")
         assert done["pod"] == standby.metadata.name, done
-        assert done["attempt"] == 2 and done["restarts"] == 1, done
+        assert done["attempt"] == 2 and done["disruptions"] == 1, done
         assert done["answer"].startswith(CLOSED_ON_STOP), done["answer"]
         assert gate.starts(name) == 1
         handed = node_env.kubectl(

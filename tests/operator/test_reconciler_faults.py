@@ -459,7 +459,8 @@ async def test_a_terminating_pod_is_replaced_at_once_and_the_fence_decides_who_w
         assert cluster.pod_names(name) == [old_pod, f"{name}-2"]
         resumed = status(cluster.run(name))
         assert resumed["phase"] == "Pending" and resumed["attempt"] == 2
-        assert resumed["restarts"] == 1
+        # A pod deleted by someone else is a disruption, not a restart toward maxRestarts.
+        assert resumed["disruptions"] == 1 and not resumed.get("restarts")
         # ... and the old pod's last save (what it does on SIGTERM) is refused: the claim
         # came first. The replacement loads, claims and writes; one writer at a time.
         old.send("the old pod saves as it stops")
@@ -667,7 +668,7 @@ async def test_a_lost_pod_is_replaced_in_one_call_that_reads_its_state_once_and_
         # and once more after its claim (what pod 2 loads, for status.abortedCalls).
         assert cluster.pod_names(name) == [f"{name}-1", f"{name}-2"]
         resumed = status(cluster.run(name))
-        assert (resumed["attempt"], resumed["restarts"]) == (2, 1)
+        assert (resumed["attempt"], resumed["disruptions"]) == (2, 1)
         assert sum(s.reads for s in stores) - reads_before == 2
         assert {"PodLost", "PodCreated"} <= set(cluster.event_reasons(name))
         # The same pod again (a watch delivers an unchanged pod, or a readiness change):

@@ -228,3 +228,27 @@ def test_a_refusal_after_a_turn_holds_the_whole_key_back_for_its_retry_after() -
     assert {w.limit for w in limiter.waiting()} == {"requests"}
     clock.now += 0.2
     assert [g.run for g in limiter.grants()] == ["a", "c"]  # a kept its place
+
+
+def test_a_key_whose_answers_carry_no_limits_is_not_held_one_request_at_a_time() -> None:
+    from alpineagents.pacing import RateSignals
+
+    clock = FakeClock()
+    limiter = Limiter(clock=clock)
+    for run in ("a", "b", "c"):
+        limiter.ask("key", run, "ns", 0, {"requests": 1})
+    (probe,) = limiter.grants()
+    limiter.done(probe.ticket, {"output_tokens": 5}, RateSignals())  # a gateway: no headers
+    assert sorted(g.run for g in limiter.grants()) == ["b", "c"]
+
+
+def test_a_probe_whose_run_never_reports_is_given_up_and_another_goes() -> None:
+    clock = FakeClock()
+    limiter = Limiter(clock=clock)
+    for run in ("a", "b"):
+        limiter.ask("key", run, "ns", 0, {"requests": 1})
+    assert [g.run for g in limiter.grants()] == ["a"]  # a's pod dies with its turn
+    clock.advance(29)
+    assert limiter.grants() == []
+    clock.advance(2)
+    assert [g.run for g in limiter.grants()] == ["b"]

@@ -21,6 +21,7 @@ from .signals import Limit, RateSignals
 __all__ = ["Grant", "KeyLimits", "Limiter", "Waiting"]
 
 _DIMENSIONS: tuple[Limit, ...] = ("requests", "input_tokens", "output_tokens")
+_PROBE_SECONDS = 30.0
 _FORGET_GRANTS_AFTER = 900.0  # seconds; longer than any request's answer takes
 
 
@@ -118,6 +119,9 @@ class _Key:
     paused_until: float = 0.0
     paused_for: Limit = "requests"
     served: dict[str, float] = field(default_factory=dict)  # namespace: weighted share
+    answered: bool = False
+    """An answer was reported: what its headers did not limit (a gateway that sends none)
+    has no limit, rather than one request at a time for ever."""
 
 
 class Limiter:
@@ -196,7 +200,7 @@ class Limiter:
         for key in {r.key for r in self._line.values()}:
             state = self._key(key, now)
             while (head := self._head(key, state)) is not None:
-                if self._learning(key, state):
+                if self._learning(key, state, now):
                     # Limits not known yet: one request at a time until an answer's headers
                     # tell them, rather than a fleet's burst the provider refuses.
                     break
@@ -214,7 +218,7 @@ class Limiter:
         for key in {r.key for r in self._line.values() if r.present}:
             state = self._key(key, now)
             head = self._head(key, state)
-            if head is not None and not self._learning(key, state):  # done() wakes those
+            if head is not None and not self._learning(key, state, now):  # done() wakes those
                 waits.append(self._wait(state, head.need, now))
         return min(waits) if waits else None
 
@@ -235,6 +239,7 @@ class Limiter:
         request = granted[0]
         key, need = request.key, request.need
         state = self._key(key, now)
+        state.answered = True
         self._learn(state, signals, now)
         for limit, amount in (used or {}).items():
             bucket = state.buckets.get(limit)
@@ -305,8 +310,15 @@ class Limiter:
             ):
                 self._set_rate(state, limit, reported.limit, now, start_empty=False)
 
-    def _learning(self, key: str, state: _Key) -> bool:
-        return not state.buckets and any(r.key == key for r, _ in self._granted.values())
+    def _learning(self, key: str, state: _Key, now: float) -> bool:
+        """Whether the key's first request (its probe) is still out: its limits are known
+        from neither the chart nor an answer. A probe whose run never reports (its pod
+        gone) is given up after :data:`_PROBE_SECONDS`, and another goes."""
+        if state.buckets or state.answered:
+            return False
+        return any(
+            r.key == key and now - when < _PROBE_SECONDS for r, when in self._granted.values()
+        )
 
     def _in_order(self, key: str, state: _Key) -> list[_Request]:
         mine = [r for r in self._line.values() if r.key == key]
