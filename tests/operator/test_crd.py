@@ -208,7 +208,7 @@ def test_kubectl_explain_teaches_the_spec(plane: ControlPlane) -> None:
     assert "Give the model and exactly one of prompt or messages" in spec
     assert "restartPolicy" in spec and "onDelete" in spec
     policy = plane.kubectl("explain", "agentrun.spec.restartPolicy.maxRestarts").stdout
-    assert "Losses tolerated" in policy
+    assert "Failed pods tolerated" in policy and "disruption" in policy
     status = plane.kubectl("explain", "agentrun.status").stdout
     assert "pendingApprovals" in status and "lastSavedSeq" in status
 
