@@ -46,8 +46,11 @@ def holding_run(store: Store, state_id: str) -> Iterator[None]:
         yield
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # Owner-only, as every other file of a FileStore: a lock names the State's id.
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.fchmod(fd, 0o600)
     except OSError:
         # The store's folder cannot be written: the run's first read or save says so.
         yield

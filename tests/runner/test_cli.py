@@ -501,3 +501,16 @@ def test_an_s3_store_that_does_not_answer_exits_75(
     assert listed.process.returncode == ExitCode.RETRYABLE
     (line,) = listed.stderr.splitlines()
     assert line.startswith("alpineagents: store unavailable: MinioStore(")
+
+
+def test_a_runs_lock_in_a_filestore_is_readable_only_by_its_owner(
+    workspace: Workspace, model_server: ModelServer
+) -> None:
+    import stat
+
+    model_server.add(reply("Hello."))
+    assert workspace.run(workspace.manifest(prompt="Hi.")).process.returncode == 0
+    running = workspace.runs / ".running"
+    assert stat.S_IMODE(running.stat().st_mode) == 0o700
+    locks = list(running.iterdir())
+    assert locks and all(stat.S_IMODE(lock.stat().st_mode) == 0o600 for lock in locks)
