@@ -42,8 +42,9 @@ _run_client: contextvars.ContextVar[Any] = contextvars.ContextVar("run_client")
 _INTERRUPTS = (KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit)
 # A result that alone takes more than this part of the window is cut in the requests to the
 # smaller part (the history keeps all of it): room for the rest of the run and the reply.
-_HUGE_RESULT = 0.25
-_CUT_RESULT_TO = 0.1
+# Below it, clearing older results and summarizing older turns keep more of the run.
+_HUGE_RESULT = 0.5
+_CUT_RESULT_TO = 0.2
 # Requests refused as too long in a row before the run fails: each must be smaller than
 # the one before, and a compaction that cannot get there ends the run with one error.
 _MAX_REFUSED_IN_A_ROW = 3

@@ -81,8 +81,8 @@ class Compaction:
 
     Before a request whose estimated size passes ``trigger`` (a fraction of the window),
     the run clears the results of older tool calls, keeping the newest ``keep_results``;
-    a result that alone takes more than a quarter of the window is cut in the requests to
-    a tenth of it, with a line saying which entry of the history holds all of it; if the
+    a result that alone takes more than half the window is cut in the requests to a fifth
+    of it, with a line saying which entry of the history holds all of it; if the
     request is then still above ``target``, it replaces older turns by a summary the model
     writes, keeping the last ``keep_turns`` turns as they are. A request the API refuses
     as too long compacts the same way and is sent again, at most three times in a row and

@@ -90,9 +90,10 @@ def _capacity_refusal(error: BaseException) -> Limit | None:
     return next((limit for limit in order if limit in spent), "requests")
 
 
-def _signals(error_or_headers: Any) -> RateSignals:
-    response = getattr(error_or_headers, "response", None)
-    headers = getattr(response, "headers", None) if response is not None else error_or_headers
+def _signals(error: BaseException) -> RateSignals:
+    """The rate-limit signals of an error's answer (none for a connection that broke)."""
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
     return RateSignals.from_headers(headers) if headers is not None else RateSignals()
 
 
