@@ -80,9 +80,13 @@ def _capacity_refusal(error: BaseException) -> Limit | None:
     """What a refusal for lack of capacity waits for: the key's limit the headers say is
     spent (429), ``overloaded`` (529, the provider's own capacity), else None."""
     status = getattr(error, "status_code", None)
-    if status == 529 or sdk_error(error, "OverloadedError"):
+    # A streamed reply's error event arrives after a 200: its body says what it is.
+    body = getattr(error, "body", None)
+    detail = body.get("error") if isinstance(body, dict) else None
+    kind = detail.get("type") if isinstance(detail, dict) else None
+    if status == 529 or kind == "overloaded_error" or sdk_error(error, "OverloadedError"):
         return "overloaded"
-    if status != 429:
+    if status != 429 and kind != "rate_limit_error":
         return None
     signals = _signals(error)
     spent = [name for name, bucket in signals.buckets.items() if bucket.remaining <= 0]

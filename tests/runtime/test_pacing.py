@@ -252,3 +252,18 @@ def test_a_probe_whose_run_never_reports_is_given_up_and_another_goes() -> None:
     assert limiter.grants() == []
     clock.advance(2)
     assert [g.run for g in limiter.grants()] == ["b"]
+
+
+def test_an_overload_in_the_middle_of_a_streamed_reply_is_a_wait_too(tmp_path: Path) -> None:
+    with ModelServer([error(529, in_stream=True), reply("Done.")]) as server:
+        waits: list[Throttle] = []
+        agent = _agent(
+            tmp_path,
+            server,
+            max_tokens=8192,  # streamed
+            retry=Retry(attempts=1),
+            pacer=HeaderPacer(first_delay=0.001, max_delay=0.01),
+            on_throttle=lambda state, throttle: waits.append(throttle),
+        )
+        assert agent.run(State("streamed", [Message.user("Go.")])) == "Done."
+    assert [w.limit for w in waits] == ["overloaded"]
