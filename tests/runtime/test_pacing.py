@@ -267,3 +267,36 @@ def test_an_overload_in_the_middle_of_a_streamed_reply_is_a_wait_too(tmp_path: P
         )
         assert agent.run(State("streamed", [Message.user("Go.")])) == "Done."
     assert [w.limit for w in waits] == ["overloaded"]
+
+
+def test_limits_learned_from_the_answers_follow_them_and_go_when_they_do() -> None:
+    from alpineagents.pacing import RateSignals
+
+    def limit(per_minute: int) -> RateSignals:
+        return RateSignals.from_headers(
+            {
+                "anthropic-ratelimit-requests-limit": str(per_minute),
+                "anthropic-ratelimit-requests-remaining": "0",
+            }
+        )
+
+    clock = FakeClock()
+    limiter = Limiter(clock=clock, burst_seconds=1, headroom=1)
+    used = {"input_tokens": 1, "output_tokens": 1}
+
+    def one_round(signals: RateSignals) -> list[str]:
+        for run in ("a", "b", "c"):
+            limiter.ask("key", run, "ns", 0, {"requests": 1})
+        granted = limiter.grants()
+        for grant in granted:
+            limiter.done(grant.ticket, used, signals)
+        return [g.run for g in granted]
+
+    assert one_round(limit(60)) == ["a"]  # the probe, which tells 60 a minute
+    clock.advance(1)
+    assert one_round(limit(60)) == ["b"]  # one a second
+    clock.advance(1)
+    assert one_round(limit(180)) == ["c"]  # an answer tells the key's limit was raised
+    clock.advance(1)
+    assert len(one_round(RateSignals())) == 3  # 3 a second; then no limits reported
+    assert len(one_round(RateSignals())) == 3  # gone: nobody waits

@@ -240,7 +240,7 @@ class Limiter:
         key, need = request.key, request.need
         state = self._key(key, now)
         state.answered = True
-        self._learn(state, signals, now)
+        self._learn(state, signals, now, answered=bool(used) and refused is None)
         for limit, amount in (used or {}).items():
             bucket = state.buckets.get(limit)
             if bucket is not None and limit != "requests":
@@ -300,15 +300,25 @@ class Limiter:
         # empty bucket rather than a burst the provider may refuse.
         state.buckets[limit] = _Bucket(per_second, capacity, 0.0 if start_empty else capacity, now)
 
-    def _learn(self, state: _Key, signals: RateSignals, now: float) -> None:
+    def _learn(self, state: _Key, signals: RateSignals, now: float, *, answered: bool) -> None:
+        """Follow what the answers say of the limits the chart does not set: a new or
+        changed ``-limit`` sets its bucket's rate (keeping its level); a reply that reports
+        no limits at all (the key's limits were lifted, or a gateway stands in front of it)
+        drops them."""
         for limit in _DIMENSIONS:
+            if state.limits.per_minute(limit) is not None:
+                continue
             reported = signals.buckets.get(limit)
-            if (
-                reported is not None
-                and state.limits.per_minute(limit) is None
-                and limit not in state.buckets
-            ):
+            bucket = state.buckets.get(limit)
+            if reported is not None and bucket is None:
                 self._set_rate(state, limit, reported.limit, now, start_empty=False)
+            elif reported is not None and bucket is not None:
+                bucket.refill(now)
+                level = bucket.level
+                self._set_rate(state, limit, reported.limit, now, start_empty=False)
+                state.buckets[limit].level = min(level, state.buckets[limit].capacity)
+            elif answered and not signals.buckets and bucket is not None:
+                del state.buckets[limit]
 
     def _learning(self, key: str, state: _Key, now: float) -> bool:
         """Whether the key's first request (its probe) is still out: its limits are known
