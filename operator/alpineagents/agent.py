@@ -360,48 +360,48 @@ class Agent:
         _, chars = self._next_request(state, tools, marked=False)
         ratio = too_long / chars if too_long else state.tokens_per_char or TOKENS_PER_CHAR
         estimate = chars * ratio
-        fits = estimate <= window * policy.trigger and estimate + self.max_tokens <= window
-        if too_long is None and fits:
+
+        def over(estimate: float) -> bool:
+            return estimate > window * policy.trigger or estimate + self.max_tokens > window
+
+        async def cleared(text: str, data: dict[str, Any]) -> float:
+            """Save a ``cleared`` entry; the next request's estimate with it."""
+            state.add("cleared", text, {**data, "tokens": round(estimate)})
+            await self._save(state)
+            _, chars = self._next_request(state, tools, marked=False)
+            return chars * ratio
+
+        if too_long is None and not over(estimate):
             return False
         target, changed = window * policy.target, False
         # Summarize only when clearing cannot reach the target: it keeps more of the run.
         exhausted = True
         if policy.clear_results:
             results = state.clearable_results()
-            cleared = results[: max(0, len(results) - policy.keep_results)]
+            older = results[: max(0, len(results) - policy.keep_results)]
             through, saved = -1, 0
-            for seq, size in cleared:
+            for seq, size in older:
                 if estimate - saved * ratio <= target:
                     exhausted = False
                     break
                 through, saved = seq, saved + size - len(json.dumps(cleared_text(seq)))
             if through >= 0:
-                count = sum(1 for seq, _ in cleared if seq <= through)
-                state.add(
-                    "cleared",
+                count = sum(1 for seq, _ in older if seq <= through)
+                estimate = await cleared(
                     f"cleared {count} older tool results from the requests",
-                    {"through_seq": through, "results": count, "tokens": round(estimate)},
+                    {"through_seq": through, "results": count},
                 )
-                await self._save(state)
                 changed = True
-                _, chars = self._next_request(state, tools, marked=False)
-                estimate = chars * ratio
-        over = estimate > window * policy.trigger or estimate + self.max_tokens > window
-        cuts = _cuts(state.clearable_results(), window, ratio) if over else []
+        cuts = _cuts(state.clearable_results(), window, ratio) if over(estimate) else []
         if cuts:
             # A result no clearing or summary can make room for (it is among the newest):
             # the requests carry its start and where the rest is; the history keeps it all.
-            state.add(
-                "cleared",
+            estimate = await cleared(
                 f"cut {len(cuts)} tool results too large for the context window",
-                {"through_seq": -1, "results": 0, "tokens": round(estimate), "cut": cuts},
+                {"through_seq": -1, "results": 0, "cut": cuts},
             )
-            await self._save(state)
             changed = True
-            _, chars = self._next_request(state, tools, marked=False)
-            estimate = chars * ratio
-            over = estimate > window * policy.trigger or estimate + self.max_tokens > window
-        if policy.summarize and estimate > target and (exhausted or over):
+        if policy.summarize and estimate > target and (exhausted or over(estimate)):
             changed = await self._summarize(state, tools, policy, window, ratio) or changed
         return changed
 

@@ -538,14 +538,15 @@ class State:
 
     def _cut_result(self, seq: int, keep: int) -> None:
         """Put :func:`cut_text` for the result saved at ``seq`` in ``messages``."""
-        call_id = next((c for c, s in self._result_seqs.items() if s == seq), None)
+        seqs = self._result_seqs
         for index in range(self._uncleared, len(self.messages)):
             message = self.messages[index]
             if message.role != "user" or isinstance(message.content, str):
                 continue
             blocks = [
                 {**block, "content": cut_text(block.get("content", ""), keep, seq)}
-                if block.get("type") == "tool_result" and block.get("tool_use_id") == call_id
+                if block.get("type") == "tool_result"
+                and seqs.get(block.get("tool_use_id", "")) == seq
                 else block
                 for block in message.content
             ]

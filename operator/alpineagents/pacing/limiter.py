@@ -136,7 +136,6 @@ class Limiter:
         self,
         limits: KeyLimits = KeyLimits(),
         *,
-        key_limits: Mapping[str, KeyLimits] | None = None,
         weights: Mapping[str, float] | None = None,
         headroom: float = 0.95,
         burst_seconds: float = 1.0,
@@ -153,7 +152,6 @@ class Limiter:
                     f"Limiter: the weight of {namespace!r} must be positive, got {weight!r}"
                 )
         self.default_limits = limits
-        self.key_limits = dict(key_limits or {})
         self.weights = dict(weights or {})
         self.headroom = headroom
         self.burst_seconds = burst_seconds
@@ -284,7 +282,7 @@ class Limiter:
     def _key(self, key: str, now: float) -> _Key:
         state = self._keys.get(key)
         if state is None:
-            state = self._keys[key] = _Key(self.key_limits.get(key, self.default_limits))
+            state = self._keys[key] = _Key(self.default_limits)
             for limit in _DIMENSIONS:
                 self._set_rate(state, limit, state.limits.per_minute(limit), now, start_empty=True)
         return state

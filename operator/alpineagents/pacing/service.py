@@ -67,6 +67,9 @@ class PacingService:
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise ValueError(f"priority must be a whole number, got {priority!r}")
         need = _need(body.get("need"))
+        wait = body.get("wait", self.poll_seconds)
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
+            raise ValueError(f"wait must be a number of seconds, got {wait!r}")
         self.limiter.ask(key, run, namespace, priority, need)
         earlier = self._polls.pop(run, None)
         if earlier is not None and not earlier.done():
@@ -74,9 +77,6 @@ class PacingService:
         poll: asyncio.Future[Grant | None] = asyncio.get_running_loop().create_future()
         self._polls[run] = poll
         self._wake.set()
-        wait = body.get("wait", self.poll_seconds)
-        if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
-            raise ValueError(f"wait must be a number of seconds, got {wait!r}")
         await asyncio.wait({poll}, timeout=min(float(wait), self.poll_seconds))
         grant = poll.result() if poll.done() else None
         if self._polls.get(run) is poll:
