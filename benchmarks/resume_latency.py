@@ -121,6 +121,8 @@ class Loss:
     read: float = 0.0
     claimed: float = 0.0
     first_save: float = 0.0
+    stop_saved: bool = False
+    """The stopped pod's own stop record (its save on SIGTERM) is in the history."""
 
     def phase(self, start: str, end: str) -> float | None:
         """Seconds from moment ``start`` to ``end``, None when either was not seen."""
@@ -354,23 +356,43 @@ store = open_store(os.environ["ALPINEAGENTS_STORE"])
 out = {}
 for state_id in sys.argv[1:]:
     record = store.read(state_id)
-    out[state_id] = [] if record is None else [[e["seq"], e["time"]] for e in record.entries]
+    out[state_id] = [] if record is None else [
+        [e["seq"], e["time"], e["kind"], (e.get("data") or {}).get("reason")]
+        for e in record.entries
+    ]
 print(json.dumps(out))
 """
 
 
-def entry_times(cluster: Any, state_ids: list[str]) -> dict[str, list[float]]:
-    """Each State's entry times, read in the operator's pod (it has the store's URL and
-    credentials; the bundled MinIO is reachable inside the cluster)."""
+@dataclass(frozen=True)
+class Saved:
+    """What one State's history says, read back after its run: each entry's time, and
+    whether it holds a stop record a stopped pod saved (``stop``, reason interrupted)."""
+
+    times: list[float]
+    stop_saved: bool
+
+
+def read_saved(cluster: Any, state_ids: list[str]) -> dict[str, Saved]:
+    """Each State's history as :class:`Saved`, read in the operator's pod (it has the
+    store's URL and credentials; the bundled MinIO is reachable inside the cluster)."""
     result = cluster.kubectl(
         "exec", "-n", NAMESPACE, f"deployment/{RELEASE}-alpineagents-operator", "-c", "operator",
         "--", "python", "-c", _READ_TIMES, *state_ids,
     )  # fmt: skip
     raw: dict[str, list[list[Any]]] = json.loads(result.stdout.strip().splitlines()[-1])
     return {
-        state: [datetime.fromisoformat(str(t)).timestamp() for _, t in entries]
+        state: Saved(
+            [datetime.fromisoformat(str(t)).timestamp() for _, t, _, _ in entries],
+            any(kind == "stop" and reason == "interrupted" for _, _, kind, reason in entries),
+        )
         for state, entries in raw.items()
     }
+
+
+def entry_times(cluster: Any, state_ids: list[str]) -> dict[str, list[float]]:
+    """Each State's entry times (see :func:`read_saved`)."""
+    return {state: saved.times for state, saved in read_saved(cluster, state_ids).items()}
 
 
 def _startup_marks(core: Any, pod: str) -> dict[str, float]:
@@ -445,10 +467,11 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
         for mark, moment in _startup_marks(core, f"{name}-2").items():
             if mark in ("process", "imported", "opened", "read", "claimed"):
                 setattr(losses[name], mark, moment)
-    times = entry_times(cluster, list(states.values()))
+    saved = read_saved(cluster, list(states.values()))
     for name, state_id in states.items():
         loss = losses[name]
-        after = [t for t in times[state_id] if t > loss.created]
+        loss.stop_saved = saved[state_id].stop_saved
+        after = [t for t in saved[state_id].times if t > loss.created]
         if not after:
             raise RuntimeError(f"run {name} Succeeded with no entry saved after its resume")
         loss.first_save = min(after)
@@ -460,9 +483,14 @@ def one_round(cluster: Any, gate: Any, watch: PodWatch, size: int) -> Burst:
 
 
 def measure(
-    workdir: Path, singles: int, burst: int, operator: dict[str, Any] | None = None
+    workdir: Path,
+    singles: int,
+    burst: int,
+    operator: dict[str, Any] | None = None,
+    *,
+    bursts: int = 1,
 ) -> tuple[list[Burst], list[Burst]]:
-    """``singles`` rounds of one loss, then one round of ``burst`` losses at once."""
+    """``singles`` rounds of one loss, then ``bursts`` rounds of ``burst`` losses at once."""
     from tests.bench.node_network import TEST_SERVERS_ADDRESS
     from tests.bench.tool_gate import ToolGate
 
@@ -474,7 +502,7 @@ def measure(
             watch.start()
             one_round(cluster, gate, watch, 1)  # warm-up: the first pod on a fresh node
             single = [one_round(cluster, gate, watch, 1) for _ in range(singles)]
-            many = [one_round(cluster, gate, watch, burst)]
+            many = [one_round(cluster, gate, watch, burst) for _ in range(bursts)]
         finally:
             watch.stop()
             gate.stop()
@@ -560,7 +588,9 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
         f"(1 loss, {sizes.resume_burst} at once), p50 / p95"
     )
     try:
-        single, many = measure(work, sizes.resume_singles, sizes.resume_burst)
+        single, many = measure(
+            work, sizes.resume_singles, sizes.resume_burst, bursts=sizes.resume_bursts
+        )
     except NodeUnavailable as error:
         page.rows["resume-latency"] = Row(what, "-", "p95 under 2 s for the operator's part", None)
         page.not_measured.append(f"Resume latency on the real node: {error}")
@@ -586,6 +616,16 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
         f"{one_p50:.2f} s / {lots_p95:.2f} s",
         "p50 under 2 s / p95 under 15 s (issue 26, without a warm pool)",
         one_p50 < 2.0 and lots_p95 < 15.0,
+    )
+
+    stops = ones + lots
+    kept = sum(1 for x in stops if x.stop_saved)
+    page.rows["resume-stop-record"] = Row(
+        "real node: graceful stops (a pod deleted mid-call) whose own stop record "
+        "(its save on SIGTERM) is in the history",
+        f"{kept} of {len(stops)} ({len(ones)} one at a time, {len(lots)} in bursts of {n})",
+        "at least 95 in 100 (issue 39)",
+        kept >= 0.95 * len(stops),
     )
 
     def line(label: str, losses: list[Loss]) -> list[str]:
@@ -642,6 +682,11 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
             f"{loads}; at the single losses, 1-minute {single_loads[0]:.1f} to "
             f"{single_loads[-1]:.1f}.",
             "",
+            f"The stopped pod's own stop record (its save on SIGTERM: the call closed "
+            f"`aborted`, a `stop` entry) is in the history after {kept} of these "
+            f"{len(stops)} graceful stops: the operator waits for it (at most 5 s after "
+            "the delete) before it claims the State.",
+            "",
             "## Resume latency on the real node, by phase (p50 / p95)",
             "",
             *phase_table(ones, lots, n),
@@ -662,23 +707,32 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.resume_latency")
     parser.add_argument("--singles", type=int, default=10, help="rounds of one loss (10)")
     parser.add_argument("--burst", type=int, default=30, help="pods lost at once (30)")
+    parser.add_argument("--bursts", type=int, default=1, help="rounds of a burst (1)")
     parser.add_argument("--out", type=Path, required=True, help="where to write the page")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     page = Page()
     began = time.time()
     with tempfile.TemporaryDirectory(prefix="alpineagents-bench-") as folder:
         section(
-            page, Path(folder), 1, Sizes(resume_singles=args.singles, resume_burst=args.burst), None
+            page,
+            Path(folder),
+            1,
+            Sizes(resume_singles=args.singles, resume_burst=args.burst, resume_bursts=args.bursts),
+            None,
         )
     lines = [
         "# Resume latency on the real node",
         "",
         f"Measured by `python -m benchmarks.resume_latency --singles {args.singles} --burst "
-        f"{args.burst}` on {time.strftime('%Y-%m-%d', time.gmtime(began))}. Machine: "
+        f"{args.burst} --bursts {args.bursts}` on {time.strftime('%Y-%m-%d', time.gmtime(began))}. Machine: "
         f"{machine()}; load average {load_average()} at the end (the machine is shared).",
         "",
     ]
     lines += [f"- not measured: {text}" for text in page.not_measured]
+    lines += [
+        f"- {row.what}: {row.measured} (goal: {row.goal}; {row.verdict})"
+        for row in page.rows.values()
+    ]
     for part in page.sections:
         lines += [*part, ""]
     args.out.write_text("\n".join(lines), encoding="utf-8")

@@ -24,6 +24,7 @@ ORDER = [
     "agent-cost",
     "resume-latency",
     "resume-whole",  # issue 26
+    "resume-stop-record",  # issue 39
     "operator-scale",
     "operator-runs",
     # issue 22: long runs, billed (benchmarks/long_runs.py)
@@ -74,6 +75,7 @@ class Sizes:
     cli_states: int = 20
     resume_singles: int = 10  # rounds of one pod lost on the real node
     resume_burst: int = 30  # pods lost at once
+    resume_bursts: int = 1  # rounds of a burst
     operator_runs: int = 1_000  # AgentRuns existing for the operator-scale figures
     operator_steady: list[int] = field(default_factory=lambda: [100, 1_000, 10_000])
     """Running AgentRuns the operator starts with and idles over (benchmarks.operator_runs)."""

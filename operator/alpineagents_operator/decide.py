@@ -30,8 +30,10 @@ Pending/Running           pod alive, suspend           delete it gracefully (SIG
                                                        Suspended
 Pending/Running           pod deleting, not by us      read the saved State; a store that fences
                           (drain, eviction, delete)    and a State saved: lost* ("PodTerminating")
-                                                       at once, the claim fencing the pod's last
-                                                       save. Otherwise wait; lost
+                                                       once the pod's stop record is saved (or
+                                                       5 s after the delete, or its container
+                                                       never ran), the claim fencing anything
+                                                       later. Otherwise wait; lost
                                                        ("PodStuckTerminating") once past its
                                                        deadline + 30 s (dead node)
 Pending/Running           container running            Running
@@ -50,9 +52,10 @@ Pending/Running           other exit, OOMKilled,       suspend: Suspended. Other
                                                        (RestartLimitExceeded); else Interrupted
                                                        with nextAttemptAt = now + backoff
 Pending/Running           stopped by the cluster:      lost*, a disruption: disruptions+1, not a
-                          deleted, drained (143),      restart; Interrupted, replaced at once, or
-                          Evicted, node lost           after 1, 2, 4 ... 300 s while each comes
-                                                       within 60 s of the last (DisruptionBackoff)
+                          deleted, drained (143),      restart; Interrupted, replaced at once;
+                          Evicted, node lost           past ten in a row, each within 60 s of
+                                                       the last, after 1, 2, 4 ... 300 s
+                                                       (DisruptionBackoff)
 Interrupted               suspend                      Suspended
 Interrupted               before nextAttemptAt         wait (requeue at nextAttemptAt)
 Interrupted               due                          resume
@@ -117,10 +120,18 @@ STUCK_TERMINATING_SLACK = timedelta(seconds=30)
 STORE_RETRY_SECONDS = 10.0
 """How soon a finished run whose saved State could not be read tries again."""
 DISRUPTION_QUICK = timedelta(seconds=60)
-"""Disruptions closer together than this (no drain of a node comes around that fast) back
-off: something may be deleting each new pod."""
+"""Disruptions closer together than this are "quick": a node drain seldom comes around
+that fast, something deleting each new pod does."""
+QUICK_DISRUPTIONS_ALLOWED = 10
+"""Quick disruptions in a row replaced at once (a rolling drain of a node pool may move a
+run a few times in a minute); from the next one the waits double, 1, 2, 4 ... s."""
 DISRUPTION_MAX_BACKOFF = 300.0
 """The longest a run waits between two quick disruptions."""
+STOP_SAVE_WAIT = timedelta(seconds=5)
+"""How long after a running pod's deletion the operator waits for its stop record (the
+runner's save on SIGTERM) before it claims the State from it; at most its grace period."""
+STOP_SAVE_POLL_SECONDS = 0.25
+"""How often the saved State is read again while waiting for a stop record."""
 CLAIM_RETRY_MAX_SECONDS = 30.0
 """Longest wait between two tries to claim a State before starting its replacement pod."""
 
@@ -320,6 +331,13 @@ class _Step:
                         note=f"pod {current.name} is terminating: reading the saved State",
                     )
                 if self.saved.fences and self.saved.exists and self.saved.error is None:
+                    # Its own stop save knows best what was running: let it land first.
+                    wait = self._stop_save_wait(current)
+                    if wait > 0:
+                        return self._result(
+                            requeue_after=min(wait, STOP_SAVE_POLL_SECONDS),
+                            note=f"pod {current.name} is terminating: waiting for its stop save",
+                        )
                     return self._lost(
                         current.name,
                         "PodTerminating",
@@ -350,6 +368,27 @@ class _Step:
                 reason, message = "Unschedulable", current.unschedulable
             return self._to({"phase": Phase.PENDING, "reason": reason, "message": message})
         return self._finished(current)
+
+    def _stop_save_wait(self, pod: PodView) -> float:
+        """Seconds still to wait for the stop record of ``pod``, deleted and still
+        running, before the claim fences it off (0: claim now). Its runner saves on
+        SIGTERM in tens of milliseconds; the bound covers one that cannot (hung, starved
+        of CPU, its store unreachable). A pod whose container never ran has nothing to
+        save, and a stop already saved since it began is all it will write."""
+        saved = self.saved
+        if not pod.running or saved is None:
+            return 0.0
+        since = self.status.last_saved_seq
+        wrote = saved.last_saved_seq is not None and (
+            since is None or saved.last_saved_seq > since
+        )
+        if saved.stopped is not None and wrote:
+            return 0.0
+        deleted_at = pod.deleted_at or self.now
+        until = deleted_at + STOP_SAVE_WAIT
+        if pod.deletion_deadline is not None:
+            until = min(until, pod.deletion_deadline)
+        return max(0.0, (until - self.now).total_seconds())
 
     def _finished(self, pod: PodView) -> Decision:
         outcome = outcome_of(pod)
@@ -596,21 +635,25 @@ class _Step:
     def _disrupted(self, pod_name: str, reason: str, message: str, facts: JSON | None) -> Decision:
         """A pod the cluster stopped (deleted, drained, evicted, its node gone): not a failure
         of the run, so not a restart toward maxRestarts (as a Job's podFailurePolicy ignores
-        DisruptionTarget). Replaced at once, unless disruptions come faster than a drain
-        could bring them (something deleting each new pod): then each waits twice as long
-        as the one before, up to :data:`DISRUPTION_MAX_BACKOFF`, and the status says why."""
+        DisruptionTarget). Replaced at once, unless more than
+        :data:`QUICK_DISRUPTIONS_ALLOWED` came in a row, each within
+        :data:`DISRUPTION_QUICK` of the last (something deleting each new pod): then each
+        waits twice as long as the one before, up to :data:`DISRUPTION_MAX_BACKOFF`, and
+        the status says why."""
         raw = self.status.raw
         count = int(raw.get("disruptions") or 0) + 1
         last = parse_time(raw.get("lastDisruptionAt"))
         quick = int(raw.get("quickDisruptions") or 0)
         quick = quick + 1 if last is not None and self.now - last < DISRUPTION_QUICK else 0
-        delay = min(2.0 ** (quick - 1), DISRUPTION_MAX_BACKOFF) if quick else 0.0
+        over = quick - QUICK_DISRUPTIONS_ALLOWED
+        delay = min(2.0**over, DISRUPTION_MAX_BACKOFF) if over >= 0 else 0.0
         events = [RunEvent("Warning", "PodLost", f"{message} ({reason})")]
         text = f"{message}; disruption {count}, not counted toward maxRestarts"
         if delay:
             slow = (
                 f"{quick + 1} disruptions in a row, each within {DISRUPTION_QUICK.seconds} s "
-                f"of the last: the next pod waits {delay:g}s"
+                f"of the last (more than {QUICK_DISRUPTIONS_ALLOWED}): the next pod waits "
+                f"{delay:g}s"
             )
             text = f"{text}; {slow}"
             events.append(RunEvent("Warning", "DisruptionBackoff", slow))

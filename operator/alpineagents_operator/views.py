@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -91,6 +91,10 @@ def parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def format_time(moment: datetime) -> str:
@@ -177,6 +181,8 @@ class RunStatus:
     started_at: str | None = None
     saved_state_unread: bool = False
     """The run ended while the store could not be read: its facts await the saved State."""
+    last_saved_seq: int | None = None
+    """The last entry saved when the current pod was started (None: pod 1, or unknown)."""
     raw: Mapping[str, Any] = field(default_factory=dict)
     """The whole status as read, to compare new values against."""
 
@@ -200,6 +206,7 @@ class RunStatus:
             aborted_calls=tuple(str(a) for a in aborted) if isinstance(aborted, list) else (),
             started_at=raw.get("startedAt") or None,
             saved_state_unread=bool(raw.get("savedStateUnread")),
+            last_saved_seq=_int_or_none(raw.get("lastSavedSeq")),
             raw=raw,
         )
 
@@ -322,6 +329,8 @@ class PodView:
     deleting: bool = False
     deletion_deadline: datetime | None = None
     """``metadata.deletionTimestamp``: when the kubelet should have removed it."""
+    deleted_at: datetime | None = None
+    """When it was deleted: the deadline less ``metadata.deletionGracePeriodSeconds``."""
     running: bool = False
     waiting_reason: str | None = None
     waiting_message: str | None = None
@@ -380,6 +389,11 @@ class PodView:
                 and condition.get("reason") == "Unschedulable"
             ):
                 unschedulable = str(condition.get("message") or "Unschedulable")
+        deadline = parse_time(meta.get("deletionTimestamp"))
+        grace = meta.get("deletionGracePeriodSeconds")
+        deleted_at = deadline
+        if deadline is not None and isinstance(grace, int) and grace > 0:
+            deleted_at = deadline - timedelta(seconds=grace)
         return cls(
             name=str(meta.get("name")),
             uid=str(meta.get("uid") or ""),
@@ -389,7 +403,8 @@ class PodView:
             reason=status.get("reason") or None,
             message=status.get("message") or None,
             deleting=bool(meta.get("deletionTimestamp")),
-            deletion_deadline=parse_time(meta.get("deletionTimestamp")),
+            deletion_deadline=deadline,
+            deleted_at=deleted_at,
             running=isinstance(state.get("running"), Mapping),
             waiting_reason=(str(waiting.get("reason") or "") or None) if waiting else None,
             waiting_message=(str(waiting.get("message") or "") or None) if waiting else None,

@@ -13,10 +13,14 @@ skip on a cluster of your own, where the gate cannot be reached).
 from __future__ import annotations
 
 import json
+import threading
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
+from alpineagents.testing import ModelServer, Turn, reply, tool_use
 from tests.bench.tool_gate import ToolGate
 from tests.e2e.environment import (
     CLOSED_ON_STOP,
@@ -57,6 +61,8 @@ def results(env: Environment, state_id: str) -> list[JSON]:
 
 
 KILLED = ("shell failed: (unknown",)
+STOP_SAVED = ("shell failed: (aborted",)
+"""A call closed by the stopping pod's own save (SIGTERM), which the operator waits for."""
 
 
 def assert_resumed_once(
@@ -111,12 +117,16 @@ def test_a_pod_deleted_mid_tool_is_replaced_at_once_and_the_call_is_not_run_agai
     apply_run(node_env, name, gated(gate, name))
     gate.wait_started(name)
     node_env.kubectl("delete", "pod", f"{name}-1", "--wait=false")
-    done = assert_resumed_once(node_env, gate, name, CLOSED_ON_STOP)
-    # The runner, PID 1 of its container, got SIGTERM while the operator, seeing the pod
-    # terminating on a store that fences, claimed the State and started the replacement at
-    # once: a save of the old pod after that claim is refused.
+    done = assert_resumed_once(node_env, gate, name, STOP_SAVED)
+    # The runner, PID 1 of its container, got SIGTERM and saved its stop record; the
+    # operator, seeing the pod terminating on a store that fences, waited for that save,
+    # then claimed the State and started the replacement (a later save of the old pod is
+    # refused).
     [result] = results(node_env, done["stateId"])
     assert done["abortedCalls"] == [result["call_id"]]
+    stops = [e["data"] for e in node_env.history(done["stateId"]) or [] if e["kind"] == "stop"]
+    assert [s["reason"] for s in stops] == ["interrupted", "answered"], stops
+    assert "SystemExit" in stops[0]["error"], stops
     events = event_reasons(node_env, name)
     assert "terminating" in events["PodLost"] and "Resumed" in events
     operator = node_env.kubectl(
@@ -150,6 +160,64 @@ def test_a_pod_evicted_through_the_eviction_api_saves_and_resumes(
     )
     # An API eviction is a graceful delete: SIGTERM first, so the runner saves.
     assert_resumed_once(node_env, gate, name, CLOSED_ON_STOP)
+
+
+def test_a_pod_deleted_every_second_is_slowed_down_and_the_status_says_why(
+    node_env: Environment, gate: ToolGate
+) -> None:
+    from tests.bench.node_network import TEST_SERVERS_ADDRESS
+
+    name = run_name()
+    finishing = threading.Event()
+
+    def respond(request: Mapping[str, Any]) -> Turn:
+        # The held call again after each aborted one, until the test lets the run finish.
+        last = request["messages"][-1]["content"]
+        answered = isinstance(last, list) and any(b.get("type") == "tool_result" for b in last)
+        if finishing.is_set() and answered:
+            return reply(f"{name}: done.")
+        return reply("Working.", tool_use("shell", {"command": gate.command(name)}))
+
+    stop = threading.Event()
+
+    def delete_every_second() -> None:
+        # What a broken controller or a script gone wrong does: every pod of the run, at once.
+        while not stop.wait(1.0):
+            node_env.kubectl(
+                "delete", "pod", "-l", f"alpineagents.dev/run={name}", "--wait=false", check=False
+            )
+
+    with ModelServer(respond=respond, host=TEST_SERVERS_ADDRESS) as model:
+        apply_run(
+            node_env,
+            name,
+            "Do the job.",
+            env=[{"name": "ANTHROPIC_BASE_URL", "value": model.url}],
+            maxTurns=100,
+        )
+        deleter = threading.Thread(target=delete_every_second, daemon=True)
+        deleter.start()
+        try:
+            slowed = status(
+                wait_for_run(
+                    node_env,
+                    name,
+                    lambda run: "the next pod waits" in str(status(run).get("message")),
+                    "slowed down (DisruptionBackoff)",
+                )
+            )
+        finally:
+            stop.set()
+            deleter.join()
+        # Past ten quick disruptions in a row the waits begin; none is a restart.
+        assert slowed["phase"] == "Interrupted" and slowed["quickDisruptions"] > 10, slowed
+        assert "disruptions in a row, each within 60 s" in slowed["message"], slowed
+        assert not slowed.get("restarts"), slowed
+        assert "DisruptionBackoff" in event_reasons(node_env, name)
+        finishing.set()
+        gate.release(name)
+        done = wait_phase(node_env, name, "Succeeded")
+    assert done["answer"] == f"{name}: done." and not done.get("restarts"), done
 
 
 def test_a_pod_oom_killed_by_its_memory_limit_resumes_and_the_call_is_closed_unknown(

@@ -142,7 +142,9 @@ def pod(
         ],
     }
     if deleting_at is not None:
+        # Deleted with the default grace period of 30 s, 30 s before ``deleting_at``.
         metadata["deletionTimestamp"] = format_time(deleting_at)
+        metadata["deletionGracePeriodSeconds"] = 30
     spec = {"containers": [{"name": "agent", "image": image}]} if image else {}
     return PodView.from_pod({"metadata": metadata, "spec": spec, "status": status})
 
@@ -162,6 +164,8 @@ MID_RUN = SavedView(exists=True, last_saved_seq=5, turns=1)
 """A saved State in the middle of its run: no answer, no stop."""
 FENCING_MID_RUN = replace(MID_RUN, fences=True)
 """The same, in a store that fences earlier writers (MinioStore)."""
+STOPPED_MID_RUN = replace(FENCING_MID_RUN, stopped="interrupted")
+"""The same, ending in a stop record (a runner's save on SIGTERM)."""
 LATER = format_time(NOW + timedelta(seconds=10))
 EARLIER = format_time(NOW - timedelta(seconds=1))
 PENDING_CALL = {"callId": "toolu_9", "name": "shell", "input": {"command": "rm -rf build"}}
@@ -295,20 +299,30 @@ ROWS = [
             lastDisruptionAt=format_time(NOW - timedelta(days=7))),
         [exited(9, 143)], MID_RUN, phase="Interrupted", requeue=0.0,
         status={"disruptions": 7, "quickDisruptions": 0}),
-    Row("a disruption within a minute of the last: the next pod waits a second",
+    Row("a disruption within a minute of the last: still replaced at once",
         run("Running", attempt=2, disruptions=1, lastDisruptionAt=format_time(NOW - timedelta(seconds=5))),
-        [], MID_RUN, phase="Interrupted", events=("PodLost", "DisruptionBackoff"), requeue=1.0,
+        [], MID_RUN, phase="Interrupted", events=("PodLost",), requeue=0.0,
         status={"disruptions": 2, "quickDisruptions": 1}),
+    Row("ten drains in a row, each within a minute: the tenth replaced at once",
+        run("Running", attempt=10, disruptions=9, quickDisruptions=8,
+            lastDisruptionAt=format_time(NOW - timedelta(seconds=20))),
+        [], MID_RUN, phase="Interrupted", events=("PodLost",), requeue=0.0,
+        status={"disruptions": 10, "quickDisruptions": 9}),
+    Row("the eleventh quick one: the next pod waits a second (DisruptionBackoff)",
+        run("Running", attempt=11, disruptions=10, quickDisruptions=9,
+            lastDisruptionAt=format_time(NOW - timedelta(seconds=5))),
+        [], MID_RUN, phase="Interrupted", events=("PodLost", "DisruptionBackoff"), requeue=1.0,
+        status={"disruptions": 11, "quickDisruptions": 10}),
     Row("each pod deleted as it starts: the waits double (a hot loop slowed down)",
-        run("Running", attempt=8, disruptions=7, quickDisruptions=6,
+        run("Running", attempt=17, disruptions=16, quickDisruptions=15,
             lastDisruptionAt=format_time(NOW - timedelta(seconds=40))),
         [], MID_RUN, phase="Interrupted", events=("PodLost", "DisruptionBackoff"), requeue=64.0,
-        status={"disruptions": 8, "quickDisruptions": 7,
+        status={"disruptions": 17, "quickDisruptions": 16,
                 "nextAttemptAt": format_time(NOW + timedelta(seconds=64))}),
     Row("... up to five minutes between two",
-        run("Running", attempt=20, disruptions=19, quickDisruptions=18,
+        run("Running", attempt=30, disruptions=29, quickDisruptions=28,
             lastDisruptionAt=format_time(NOW - timedelta(seconds=1))),
-        [], MID_RUN, phase="Interrupted", requeue=300.0, status={"quickDisruptions": 19}),
+        [], MID_RUN, phase="Interrupted", requeue=300.0, status={"quickDisruptions": 29}),
     Row("backoff is capped by maxBackoffSeconds",
         run("Running", attempt=3, restarts=4,
             spec={"restartPolicy": {"maxRestarts": 9, "maxBackoffSeconds": 5}}),
@@ -326,11 +340,32 @@ ROWS = [
     Row("pod being deleted, a store that cannot fence: wait for it to save and stop",
         run("Running", attempt=1), [pod(1, deleting_at=NOW + timedelta(seconds=30))], MID_RUN,
         acts=False, requeue=60.0),
-    Row("pod being deleted, a store that fences: lost now, the claim fences its last save",
+    Row("pod being deleted, a store that fences: its stop save is waited for, briefly",
+        run("Running", attempt=1), [pod(1, deleting_at=NOW + timedelta(seconds=30))],
+        FENCING_MID_RUN, acts=False, requeue=0.25),
+    Row("pod being deleted, its stop record saved: lost now, the claim fences anything later",
         run("Running", attempt=1, spec={"restartPolicy": {"initialBackoffSeconds": 0}}),
-        [pod(1, deleting_at=NOW + timedelta(seconds=30))], FENCING_MID_RUN,
+        [pod(1, deleting_at=NOW + timedelta(seconds=30))], STOPPED_MID_RUN,
         phase="Interrupted", events=("PodLost",), requeue=0.0,
         status={"reason": "PodTerminating", "disruptions": 1}),
+    Row("pod being deleted, no stop record 5 s after: lost, the claim fences its late save",
+        run("Running", attempt=1), [pod(1, deleting_at=NOW + timedelta(seconds=25))],
+        FENCING_MID_RUN, phase="Interrupted", status={"reason": "PodTerminating"}),
+    Row("... nor past its grace period (deleted with 1 s of grace, 1 s ago)",
+        run("Running", attempt=1),
+        [replace(pod(1, deleting_at=NOW), deleted_at=NOW - timedelta(seconds=1))],
+        FENCING_MID_RUN, phase="Interrupted", status={"reason": "PodTerminating"}),
+    Row("a stop record an earlier pod saved is not this pod's: wait for its own",
+        run("Running", attempt=2, lastSavedSeq=5),
+        [pod(2, deleting_at=NOW + timedelta(seconds=30))], STOPPED_MID_RUN,
+        acts=False, requeue=0.25),
+    Row("... the stop record this pod saved after it (a later seq)",
+        run("Running", attempt=2, lastSavedSeq=4),
+        [pod(2, deleting_at=NOW + timedelta(seconds=30))], STOPPED_MID_RUN,
+        phase="Interrupted", status={"reason": "PodTerminating"}),
+    Row("pod deleted before its container ran: nothing to save, lost now",
+        run("Pending", attempt=1), [pod(1, "waiting", deleting_at=NOW + timedelta(seconds=30))],
+        FENCING_MID_RUN, phase="Interrupted", status={"reason": "PodTerminating"}),
     Row("then, the old pod still terminating: its replacement is created, the State claimed",
         run("Interrupted", attempt=1, restarts=1, nextAttemptAt=EARLIER),
         [pod(1, deleting_at=NOW + timedelta(seconds=30))], FENCING_MID_RUN,

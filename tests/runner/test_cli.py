@@ -474,6 +474,37 @@ def test_run_list_show_tail_and_delete_on_s3(
     assert gone.process.returncode == 1
 
 
+def test_a_second_run_of_a_state_on_s3_takes_it_over_and_the_first_exits_75(
+    workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess], minio: Any
+) -> None:
+    # No lock spans machines: on S3 the newer run claims the State, as a replacement pod
+    # does, and the older one is fenced off it, writing nothing more.
+    url = f"s3://{minio.bucket}/{minio.unique_prefix()}?endpoint={minio.endpoint}&secure=false"
+    credentials = {"AWS_ACCESS_KEY_ID": minio.access_key, "AWS_SECRET_ACCESS_KEY": minio.secret_key}
+    model_server.add(hold(reply("From the first run.")), reply("From the second run."))
+    command = ["run", workspace.manifest(prompt="Take your time."), "--store", url]
+    first = RunnerProcess(
+        command, workdir=workspace.work, env=child_env(model_server, **credentials)
+    )
+    runners.append(first)
+    model_server.wait_for_requests(1)
+
+    second = RunnerProcess(
+        command, workdir=workspace.work, env=child_env(model_server, **credentials)
+    )
+    runners.append(second)
+    assert second.wait() == 0, second.stderr
+    assert second.stdout.strip() == "From the second run."
+
+    model_server.release()
+    assert first.wait() == ExitCode.RETRYABLE, first.stderr
+    assert first.message["error"].startswith("StateFencedError: State 'job' in MinioStore(")
+    env = child_env(None, **credentials)
+    shown = cli("show", "job", "--store", url, workdir=workspace.work, env=env, runners=runners)
+    assert "From the second run." in shown.stdout
+    assert "From the first run." not in shown.stdout
+
+
 def test_an_s3_store_that_does_not_answer_exits_75(
     workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess], minio: Any
 ) -> None:
