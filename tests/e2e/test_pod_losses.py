@@ -210,7 +210,7 @@ def test_a_pod_deleted_every_second_is_slowed_down_and_the_status_says_why(
             stop.set()
             deleter.join()
         # Past ten quick disruptions in a row the waits begin; none is a restart.
-        assert slowed["phase"] == "Interrupted" and slowed["quickDisruptions"] > 10, slowed
+        assert slowed["phase"] == "Interrupted" and slowed["disruptions"] > 10, slowed
         assert "disruptions in a row, each within 60 s" in slowed["message"], slowed
         assert not slowed.get("restarts"), slowed
         assert "DisruptionBackoff" in event_reasons(node_env, name)
