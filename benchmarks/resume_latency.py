@@ -733,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         f"- {row.what}: {row.measured} (goal: {row.goal}; {row.verdict})"
         for row in page.rows.values()
     ]
+    lines.append("")
     for part in page.sections:
         lines += [*part, ""]
     args.out.write_text("\n".join(lines), encoding="utf-8")

@@ -117,6 +117,18 @@ class Cluster:
             raise
         return body
 
+    def namespace_annotations(self, namespace: str) -> dict[str, str] | None:
+        """The Namespace's annotations (None: no such Namespace)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            body = self._core.read_namespace(namespace, _request_timeout=_TIMEOUT)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return dict(body.metadata.annotations or {})
+
     def list_runs(self, namespace: str | None) -> list[JSON]:
         """All AgentRuns in ``namespace`` (None: every namespace)."""
         if namespace is None:

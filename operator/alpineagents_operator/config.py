@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from .admission import parse_cap
 from .resource_caps import parse_quantity
 
 DEFAULT_IMAGE = "ghcr.io/alpineagents/alpineagents:0.1.0"
@@ -101,6 +102,13 @@ class OperatorConfig:
     pacer_url: str = ""
     """The shared limiter every run pod asks for its turns (the chart's ``pacing``); "":
     none, each run paces itself by the model's rate-limit headers."""
+    max_running: int | None = None
+    """The most runs with a pod at once in the cluster (``admission.maxRunning``)."""
+    max_running_per_namespace: int | None = None
+    """The same per namespace (``admission.maxRunningPerNamespace``)."""
+    namespace_caps: bool = False
+    """Read each namespace's own cap from its annotation ``alpineagents.dev/max-running``
+    (``admission.namespaceAnnotations``; needs get on Namespaces)."""
     pod_command: tuple[str, ...] = DEFAULT_POD_COMMAND
     service_account: str = ""
     resync_seconds: float = 30.0
@@ -233,6 +241,12 @@ class OperatorConfig:
             store_secret_key=text("ALPINEAGENTS_STORE_SECRET_KEY", defaults.store_secret_key),
             anthropic_base_url=text("ANTHROPIC_BASE_URL", "") or None,
             pacer_url=text("ALPINEAGENTS_PACER", defaults.pacer_url),
+            max_running=parse_cap(text("ALPINEAGENTS_MAX_RUNNING", ""), "ALPINEAGENTS_MAX_RUNNING"),
+            max_running_per_namespace=parse_cap(
+                text("ALPINEAGENTS_MAX_RUNNING_PER_NAMESPACE", ""),
+                "ALPINEAGENTS_MAX_RUNNING_PER_NAMESPACE",
+            ),
+            namespace_caps=text("ALPINEAGENTS_NAMESPACE_CAPS", "").lower() in ("1", "true"),
             pod_command=command,
             service_account=text("ALPINEAGENTS_SERVICE_ACCOUNT", defaults.service_account),
             resync_seconds=float(text("ALPINEAGENTS_RESYNC_SECONDS", str(defaults.resync_seconds))),

@@ -24,6 +24,10 @@ Succeeded/Failed          savedStateUnread             read the saved State; its
 Succeeded/Failed          anything                     nothing (stray live pods are deleted)
 (none)                    suspend                      Suspended, no pod
 (none)                    -                            create pod 1 → Pending
+(none), resume            admission caps, no place     Queued: no pod, reason NamespaceCap or
+                          held, none free for it       ClusterCap, queuePlace (see admission)
+Queued                    a place for it               start (or resume), admitted: true
+Queued                    suspend                      Suspended
 Pending/Running           pod missing, recorded        lost* ("PodDeleted")
 Pending/Running           pod missing, not recorded    create it
 Pending/Running           pod alive, suspend           delete it gracefully (SIGTERM: it saves) →
@@ -73,6 +77,10 @@ is seen, so a saved answer → Succeeded, a saved stop at max turns → Failed (
 saved stop for approvals → WaitingForApproval, none of them counting a loss. Only a State
 without an outcome (or one that cannot be read) makes it a loss.
 
+Under admission caps (``admission``) a run holds its place from its first pod until it
+ends, waits for approval or is suspended (``admitted`` set to null then); a lost pod's
+replacement keeps it.
+
 A run that ends after more than one pod reads the saved State too: the history, not the
 last pod's report, says which calls were aborted over all its pods (status.abortedCalls),
 its turns and usage. When the store cannot be read then, the run ends anyway with the
@@ -96,6 +104,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from .admission import NO_PLACE, Verdict
 from .pod_outcomes import outcome_of
 from .run_status import answer_text, cost_text, status_patch, usage_status
 from .views import (
@@ -133,6 +142,7 @@ runner's save on SIGTERM) before it claims the State from it; at most its grace 
 STOP_SAVE_POLL_SECONDS = 0.25
 """How often the saved State is read again while waiting for a stop record."""
 CLAIM_RETRY_MAX_SECONDS = 30.0
+
 """Longest wait between two tries to claim a State before starting its replacement pod."""
 
 # Waiting reasons that mean "this will not start by itself soon": shown in status.
@@ -184,14 +194,17 @@ def decide(
     pods: Sequence[PodView],
     saved: SavedView | None,
     now: datetime,
+    admission: Verdict | None = None,
 ) -> Decision:
     """The one move toward what ``run`` asks for, given what is (see the module's table).
 
     ``pods`` are the pods labelled with the run's name (any owner); ``saved`` is the
     store's view of the run's State, or None when it was not read (the Decision then may
-    ask for it with ``needs_saved``).
+    ask for it with ``needs_saved``). ``admission`` is whether a run that holds no place
+    under the admission caps may take one (None: no caps in force; see
+    :mod:`.admission`): a run that may not is ``Queued`` instead of starting its pod.
     """
-    return _Step(run, pods, saved, now).decide()
+    return _Step(run, pods, saved, now, admission).decide()
 
 
 def refused(run: AgentRunView, attempt: int, refusal: Refusal, now: datetime) -> Decision:
@@ -256,15 +269,22 @@ def covered(pending: Sequence[PendingApproval], approved: frozenset[str]) -> boo
 # --------------------------------------------------------------------------- the step
 class _Step:
     def __init__(
-        self, run: AgentRunView, pods: Sequence[PodView], saved: SavedView | None, now: datetime
+        self,
+        run: AgentRunView,
+        pods: Sequence[PodView],
+        saved: SavedView | None,
+        now: datetime,
+        admission: Verdict | None = None,
     ) -> None:
         self.run = run
         self.saved = saved
         self.now = now
+        self.admission = admission
         self.own = [p for p in pods if p.owner_uid == run.uid]
         self.foreign = [p for p in pods if p.owner_uid != run.uid]
         self.status = run.status
         self.changes: JSON = {}
+        self._events: list[RunEvent] = []
         # Pods of an earlier AgentRun with the same name must not run alongside this one.
         self.stale = tuple(p.name for p in self.foreign if p.alive and not p.deleting)
 
@@ -294,6 +314,10 @@ class _Step:
             if status.attempt == 0:
                 return self._new()
             return self._active()
+        if phase == Phase.QUEUED:
+            if run.suspend:
+                return self._suspend_now(None)
+            return self._new() if status.attempt == 0 else self._resume()
         if phase == Phase.INTERRUPTED:
             return self._interrupted()
         if phase == Phase.WAITING_FOR_APPROVAL:
@@ -379,9 +403,7 @@ class _Step:
         if not pod.running or saved is None:
             return 0.0
         since = self.status.last_saved_seq
-        wrote = saved.last_saved_seq is not None and (
-            since is None or saved.last_saved_seq > since
-        )
+        wrote = saved.last_saved_seq is not None and (since is None or saved.last_saved_seq > since)
         if saved.stopped is not None and wrote:
             return 0.0
         deleted_at = pod.deleted_at or self.now
@@ -490,6 +512,9 @@ class _Step:
         name = pod_name_for(self.run.name, attempt)
         if any(p.name == name for p in self.foreign):
             return self._result(note=f"waiting for pod {name} of an earlier AgentRun to go")
+        waiting = self._not_admitted()
+        if waiting is not None:
+            return waiting
         return self._to(
             {
                 "phase": Phase.PENDING,
@@ -538,6 +563,9 @@ class _Step:
             return self._result(
                 delete=delete, note=f"waiting for pod {name} of an earlier AgentRun to go"
             )
+        waiting = self._not_admitted(delete)
+        if waiting is not None:
+            return waiting
         changes: JSON = {
             "phase": Phase.PENDING,
             "attempt": attempt,
@@ -674,6 +702,33 @@ class _Step:
             lost_reason=reason,
             note=f"pod {pod_name} stopped by the cluster ({reason}): disruption {count}, "
             f"next pod in {delay:g}s",
+        )
+
+    def _not_admitted(self, delete: tuple[str, ...] = ()) -> Decision | None:
+        """Queued, when the run holds no place and may not take one now; else None (the
+        pod starts, the run holding its place from then on: ``status.admitted``)."""
+        verdict = self.admission
+        if verdict is None or self.status.admitted:
+            return None
+        if verdict.admitted:
+            self.changes.update({"admitted": True, "queuePlace": None})
+            if self.status.phase == Phase.QUEUED:
+                self._events.append(RunEvent("Normal", "Admitted", "admitted: its pod starts"))
+            return None
+        events: tuple[RunEvent, ...] = ()
+        if self.status.phase != Phase.QUEUED:
+            events = (RunEvent("Normal", "Queued", verdict.message),)
+        return self._to(
+            {
+                "phase": Phase.QUEUED,
+                "reason": verdict.reason,
+                "message": verdict.message,
+                "queuePlace": verdict.place,
+                "nextAttemptAt": None,
+            },
+            delete=delete,
+            events=events,
+            note=verdict.message,
         )
 
     def _suspend_now(self, current: PodView | None, delete: tuple[str, ...] = ()) -> Decision:
@@ -909,6 +964,10 @@ class _Step:
         lost_reason: str | None = None,
         note: str = "",
     ) -> Decision:
+        phase = self.changes.get("phase")
+        if self.status.admitted and phase in NO_PLACE:
+            self.changes["admitted"] = None  # its place goes to the next in line
+        events = (*self._events, *events)
         patch = status_patch(self.run, self.changes, self.now)
         deletes = tuple(dict.fromkeys((*self.stale, *self._older_live(), *delete)))
         return Decision(

@@ -30,6 +30,7 @@ from .credential_issuer import RunCredentialIssuer
 from .decide import Decision, claim_refusal, decide, pod_refusal, refused
 from .handover import NotHanded, Redo, hand_over, pick_standby
 from .metrics import OperatorMetrics
+from .places import Places
 from .pods import pod_manifest, spec_secret, store_url, uses_run_credentials
 from .refusals import run_refusal
 from .resumes import Resumes
@@ -119,6 +120,8 @@ class Reconciler:
             config, cluster, clock=clock, open_store=self.stores.store
         )
         """Gives each pod its own short-lived store credentials (see its module)."""
+        self.places = Places(config, cluster, self.requeue)
+        """Places under the admission caps (see :mod:`.admission`)."""
         self.triage = Triage(
             watched,
             config,
@@ -127,6 +130,7 @@ class Reconciler:
             clock=clock,
             failing=lambda key: key in self._resync_errors,
             requeue=self.requeue,
+            admission=self.places.verdict,
         )
         """Which watch events and runs need a step, judged from :attr:`watched`."""
         self.pool = pool or StandbyPool(config, cluster)
@@ -296,9 +300,11 @@ class Reconciler:
         self.metrics.checks.labels(source="resume", stepped="true").inc()  # once it is done
 
     def run_seen(self, body: JSON, *, gone: bool) -> None:
-        """A watch event of an AgentRun: keep its view for the resync."""
+        """A watch event of an AgentRun: keep its view for the resync and the places."""
+        view = AgentRunView.from_body(body)
         if self.watched is not None:
-            self.watched.run_seen(AgentRunView.from_body(body), gone=gone)
+            self.watched.run_seen(view, gone=gone)
+        self.places.run_seen(view, gone=gone)
 
     def close(self) -> None:
         for _, handle in self._timers.values():
@@ -348,6 +354,7 @@ class Reconciler:
             # The AgentRun is gone: its pods must not run on (garbage collection does
             # this too, where there is a controller-manager; this is quicker).
             await self.stop_run(namespace, name)
+            self.places.gone((namespace, name))
             self.metrics.record_phase(namespace, name, None)
             self._due_at.pop((namespace, name), None)
             self._claim_failures.pop((namespace, name), None)
@@ -369,14 +376,21 @@ class Reconciler:
                 raw_pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
         pods = [PodView.from_pod(p) for p in raw_pods]
         saved = seen.saved
-        decision = decide(run, pods, None, self._clock())
+        await self.places.refresh(run.namespace)
+        verdict = self.places.verdict(run)
+        decision = decide(run, pods, None, self._clock(), verdict)
         if decision.needs_saved:
             if saved is None or saved.error is not None:
                 saved = await self.stores.read_saved(run)
-            decision = decide(run, pods, saved, self._clock())
-        applied, answered = await self._apply(
-            run, body, decision, lambda after: decide(run, pods, after, self._clock())
+            decision = decide(run, pods, saved, self._clock(), verdict)
+        # Taken with nothing awaited since the verdict: two runs never take one place.
+        decision = self.places.take(
+            run, decision, lambda given: decide(run, pods, saved, self._clock(), given)
         )
+        applied, answered = await self._apply(
+            run, body, decision, lambda after: decide(run, pods, after, self._clock(), verdict)
+        )
+        self.places.applied(run, applied)
         renew_in = await self.credentials.renew_if_due(run, pods)
         if renew_in is not None:
             self.requeue(namespace, name, renew_in)

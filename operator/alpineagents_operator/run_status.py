@@ -35,11 +35,14 @@ def conditions_for(
     previous: Iterable[Mapping[str, Any]],
     now: datetime,
     throttled: Mapping[str, Any] | bool | None = False,
+    admitted: bool = False,
 ) -> list[JSON]:
     """The status conditions for a phase: ``Running``, ``WaitingForApproval`` and
     ``Succeeded`` (True, False on failure, Unknown while undecided); and ``Throttled``
     once a run has waited for its turn at the shared limiter (``status.throttled``: True
-    while it waits, False after; ``False`` for ``throttled``: never, no condition).
+    while it waits, False after; ``False`` for ``throttled``: never, no condition); and
+    ``Admitted`` under admission caps (False while ``Queued``, True while the run holds a
+    place, none otherwise).
 
     ``lastTransitionTime`` moves only when a condition's status changes.
     """
@@ -68,6 +71,10 @@ def conditions_for(
             wanted.append(("Throttled", "True", "WaitingForTurn", throttled_text(throttled)))
         else:
             wanted.append(("Throttled", "False", "NotWaiting", ""))
+    if phase == Phase.QUEUED:
+        wanted.append(("Admitted", "False", reason or "Queued", text))
+    elif admitted:
+        wanted.append(("Admitted", "True", "Admitted", ""))
     if phase == Phase.SUCCEEDED:
         wanted.append(("Succeeded", "True", "Answered", ""))
     elif phase == Phase.FAILED:
@@ -147,6 +154,7 @@ def status_patch(run: AgentRunView, changes: JSON, now: datetime) -> JSON:
             current.get("conditions") or [],
             now,
             merged.get("throttled", False),
+            merged.get("admitted") is True,
         )
     return {
         key: (str(value) if isinstance(value, Phase) else value)

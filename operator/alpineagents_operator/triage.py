@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from .admission import Verdict
 from .config import OperatorConfig
 from .credential_issuer import RunCredentialIssuer
 from .decide import decide, refused
@@ -35,6 +36,7 @@ class Triage:
         clock: Callable[[], datetime],
         failing: Callable[[RunKey], bool],
         requeue: Callable[[str, str, float], None],
+        admission: Callable[[AgentRunView], Verdict | None] = lambda _: None,
     ) -> None:
         """``failing`` says whether a run's last resync step failed (it is stepped
         again); ``requeue`` sets a run's timer where its step would have (a backoff, a
@@ -46,6 +48,7 @@ class Triage:
         self._clock = clock
         self._failing = failing
         self._requeue = requeue
+        self._admission = admission
 
     def step_needed(self, run: AgentRunView, pods: Sequence[PodView], source: str) -> bool:
         """Whether a reconcile step of ``run`` would change something, judged from ``run``
@@ -104,7 +107,7 @@ class Triage:
         if refusal is not None:
             decision = refused(run, run.status.attempt + 1, refusal, now)
         else:
-            decision = decide(run, pods, None, now)
+            decision = decide(run, pods, None, now, self._admission(run))
         if decision.acts or decision.needs_saved:
             return True
         phase = run.status.phase

@@ -70,6 +70,7 @@ JSON = dict[str, Any]
 class Phase(StrEnum):
     """``status.phase`` of an AgentRun."""
 
+    QUEUED = "Queued"
     PENDING = "Pending"
     RUNNING = "Running"
     INTERRUPTED = "Interrupted"
@@ -183,6 +184,8 @@ class RunStatus:
     """The run ended while the store could not be read: its facts await the saved State."""
     last_saved_seq: int | None = None
     """The last entry saved when the current pod was started (None: pod 1, or unknown)."""
+    admitted: bool = False
+    """The run holds a place under the admission caps (see :mod:`.admission`)."""
     raw: Mapping[str, Any] = field(default_factory=dict)
     """The whole status as read, to compare new values against."""
 
@@ -207,6 +210,7 @@ class RunStatus:
             started_at=raw.get("startedAt") or None,
             saved_state_unread=bool(raw.get("savedStateUnread")),
             last_saved_seq=_int_or_none(raw.get("lastSavedSeq")),
+            admitted=raw.get("admitted") is True,
             raw=raw,
         )
 
@@ -222,6 +226,8 @@ class AgentRunView:
     spec: Mapping[str, Any]
     status: RunStatus
     deleting: bool = False
+    created_at: str | None = None
+    """``metadata.creationTimestamp``: a run's age, for its place in line."""
 
     @property
     def suspend(self) -> bool:
@@ -300,6 +306,7 @@ class AgentRunView:
             spec=dict(body.get("spec") or {}),
             status=RunStatus.from_status(body.get("status")),
             deleting=bool(meta.get("deletionTimestamp")),
+            created_at=meta.get("creationTimestamp") or None,
         )
 
 

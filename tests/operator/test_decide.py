@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from alpineagents_operator.admission import Verdict
 from alpineagents_operator.decide import Decision, claim_refusal, decide, pod_refusal, refused
 from alpineagents_operator.run_status import conditions_for
 from alpineagents_operator.views import (
@@ -166,6 +167,8 @@ FENCING_MID_RUN = replace(MID_RUN, fences=True)
 """The same, in a store that fences earlier writers (MinioStore)."""
 STOPPED_MID_RUN = replace(FENCING_MID_RUN, stopped="interrupted")
 """The same, ending in a stop record (a runner's save on SIGTERM)."""
+FREE = Verdict(True)
+FULL = Verdict(False, "NamespaceCap", "queued: 3rd in line for namespace agents's 5 places", 3)
 LATER = format_time(NOW + timedelta(seconds=10))
 EARLIER = format_time(NOW - timedelta(seconds=1))
 PENDING_CALL = {"callId": "toolu_9", "name": "shell", "input": {"command": "rm -rf build"}}
@@ -191,6 +194,8 @@ class Row:
     status: Mapping[str, Any] = field(default_factory=dict)
     """Fields the patch must hold with these values."""
     acts: bool | None = None
+    admission: Verdict | None = None
+    """Whether a place under the admission caps is free for the run (None: no caps)."""
 
 
 # The table reads best one situation per row, so the formatter leaves it alone.
@@ -208,6 +213,37 @@ ROWS = [
         run(), [pod(1, owner=OLD_UID, deleting_at=NOW)], phase=""),
     Row("fresh status but pod 1 exists (created, status write lost): adopted, not duplicated",
         run(), [pod(1)], phase="Running", status={"attempt": 1, "pod": "triage-1"}),
+    # ------------------------------------------------------------ admission caps
+    Row("new run, a place free: pod 1 created, the run holds its place",
+        run(), phase="Pending", create=1, admission=FREE,
+        status={"admitted": True, "attempt": 1}),
+    Row("new run, no place: Queued with its place in line, no pod",
+        run(), phase="Queued", events=("Queued",), admission=FULL,
+        status={"reason": "NamespaceCap", "queuePlace": 3, "message": FULL.message}),
+    Row("queued run, still no place: nothing new to say, no Event",
+        run("Queued", reason="NamespaceCap", message=FULL.message, queuePlace=3),
+        acts=False, admission=FULL),
+    Row("queued run, a place now: admitted (an Event), pod 1 created",
+        run("Queued", reason="NamespaceCap", message=FULL.message, queuePlace=3),
+        phase="Pending", create=1, events=("Admitted", "PodCreated"), admission=FREE,
+        status={"admitted": True, "queuePlace": None, "reason": None}),
+    Row("queued run, suspended: Suspended, out of line",
+        run("Queued", spec={"suspend": True}), phase="Suspended", admission=FULL),
+    Row("a run holding its place loses its pod: replaced, never queued",
+        run("Interrupted", attempt=1, admitted=True, nextAttemptAt=EARLIER), [], MID_RUN,
+        phase="Pending", create=2, claim=True, admission=FULL),
+    Row("a run holding its place ends: the place is given up",
+        run("Running", attempt=1, admitted=True),
+        [exited(1, 0, message=report("answered", answer="42"))],
+        phase="Succeeded", admission=FULL, status={"admitted": None}),
+    Row("a run holding its place waits for approval: the place is given up",
+        run("Running", attempt=1, admitted=True),
+        [exited(1, 76, message=report("waiting_for_approval", pendingApprovals=[PENDING_CALL]))],
+        phase="WaitingForApproval", admission=FULL, status={"admitted": None}),
+    Row("approved, no place free: queued again behind the line",
+        run("WaitingForApproval", attempt=1, pendingApprovals=[PENDING_CALL],
+            spec={"approvals": [{"callId": "toolu_9", "allow": True}]}),
+        [exited(1, 76)], MID_RUN, phase="Queued", admission=FULL),
     # ------------------------------------------------------------ starting and running
     Row("pod still being created: nothing to do", run("Pending", attempt=1),
         [pod(1, "waiting")], acts=False),
@@ -562,7 +598,7 @@ ROWS = [
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 def test_decide(row: Row) -> None:
-    decision = decide(row.run, row.pods, row.saved, NOW)
+    decision = decide(row.run, row.pods, row.saved, NOW, row.admission)
     check(row, decision)
 
 

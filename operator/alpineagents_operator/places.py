@@ -1,0 +1,85 @@
+"""The reconciler's side of admission (:mod:`.admission`): a verdict for each step, the
+place taken as the step is carried out, and the next in line stepped when one frees.
+
+Without caps (no ``admission.*`` chart value) every call here does nothing and
+:meth:`Places.verdict` is None, so :func:`~.decide.decide` never queues a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from .admission import Admission, Caps, NamespaceCaps, Verdict
+from .cluster import Cluster
+from .config import OperatorConfig
+from .decide import Decision
+from .views import AgentRunView
+from .watched import RunKey
+
+__all__ = ["Places"]
+
+
+class Places:
+    """Places under the admission caps, for one operator (the leader)."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        cluster: Cluster,
+        requeue: Callable[[str, str, float], None],
+    ) -> None:
+        self._requeue = requeue
+        self._namespace_caps: NamespaceCaps | None = None
+        self.ledger: Admission | None = None
+        """None: no caps in force."""
+        if config.namespace_caps:
+            self._namespace_caps = NamespaceCaps(cluster.namespace_annotations)
+        caps = Caps(config.max_running, config.max_running_per_namespace)
+        if caps.any or self._namespace_caps is not None:
+            own = self._namespace_caps
+            self.ledger = Admission(caps, own.cap if own is not None else lambda _: None)
+
+    async def refresh(self, namespace: str) -> None:
+        """Read the namespace's own cap if it is due (off the event loop)."""
+        if self._namespace_caps is not None and self._namespace_caps.due(namespace):
+            await asyncio.to_thread(self._namespace_caps.read, namespace)
+
+    def verdict(self, run: AgentRunView) -> Verdict | None:
+        """Whether ``run`` may start a pod now (None: no caps); takes nothing."""
+        if self.ledger is None:
+            return None
+        if run.status.admitted or self.ledger.holds((run.namespace, run.name)):
+            return Verdict(True)
+        return self.ledger.admit(run, take=False)
+
+    def take(
+        self, run: AgentRunView, decision: Decision, redecide: Callable[[Verdict], Decision]
+    ) -> Decision:
+        """Take the place ``decision`` gives ``run`` (``status.admitted``); if it went
+        meanwhile, the decision made again with the verdict that says so."""
+        if self.ledger is None or decision.status.get("admitted") is not True:
+            return decision
+        verdict = self.ledger.admit(run)
+        return decision if verdict.admitted else redecide(verdict)
+
+    def applied(self, run: AgentRunView, decision: Decision) -> None:
+        """After a step: a place given up (``admitted`` cleared) goes to the next."""
+        if "admitted" in decision.status and decision.status["admitted"] is None:
+            self.gone((run.namespace, run.name))
+
+    def gone(self, key: RunKey) -> None:
+        """``key`` holds no place any more (ended, deleted): step the next in line."""
+        if self.ledger is None:
+            return
+        self.ledger.release(key)
+        for namespace, name in self.ledger.next_in_line():
+            self._requeue(namespace, name, 0.0)
+
+    def run_seen(self, run: AgentRunView, *, gone: bool) -> None:
+        """An AgentRun as the watch delivered it."""
+        if self.ledger is None:
+            return
+        self.ledger.run_seen(run, gone=gone)
+        if gone:
+            self.gone((run.namespace, run.name))
