@@ -27,6 +27,7 @@ ORDER = [
     "resume-stop-record",  # issue 39
     "operator-scale",
     "operator-runs",
+    "operator-runs-live",  # issue 47
     # issue 22: long runs, billed (benchmarks/long_runs.py)
     "long-cache",
     "long-flat",
@@ -79,6 +80,8 @@ class Sizes:
     operator_runs: int = 1_000  # AgentRuns existing for the operator-scale figures
     operator_steady: list[int] = field(default_factory=lambda: [100, 1_000, 10_000])
     """Running AgentRuns the operator starts with and idles over (benchmarks.operator_runs)."""
+    operator_live: list[int] = field(default_factory=lambda: [100, 1_000, 3_000, 10_000])
+    """AgentRuns created while the operator runs, up to each size in turn (the same)."""
     long_runs: LongRunSizes = field(default_factory=LongRunSizes)
 
     @classmethod
@@ -93,5 +96,6 @@ class Sizes:
             resume_burst=3,
             operator_runs=50,
             operator_steady=[20, 100],
+            operator_live=[20, 100],
             long_runs=LongRunSizes.quick(),
         )

@@ -22,6 +22,13 @@ What triggers a reconcile step of a run:
   because kopf puts a finalizer on every object that has a timer, and an AgentRun should
   not need the operator to be running to be deleted.
 
+The event handlers do not wait for the steps they ask for: a step worker of the
+operator's own takes each (:meth:`.Reconciler.reconcile_soon`), so kopf's worker for an
+object lets go of its body at once. With thousands of runs created at once, handlers that
+waited held every body and kopf's cause side by side (the operator's peak memory), and a
+run's own status events queued behind its handler, so the resync saw it without the status
+its step had written and stepped it again.
+
 The event handlers keep what the watches deliver (every AgentRun, every run pod under
 its run: :mod:`.watched`). The resync, the resumes and the pods of a watch's listing
 step only the runs whose views say a step would change something, so an idle or a
@@ -187,7 +194,7 @@ async def run_resumed(namespace: str | None, name: str, memo: kopf.Memo, **_: An
 @kopf.on.create(GROUP, VERSION, PLURAL, backoff=2.0)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=2.0)
 async def run_changed(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
-    await _reconciler(memo).reconcile(_namespaced(namespace), name)
+    _reconciler(memo).reconcile_soon(_namespaced(namespace), name)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -198,7 +205,7 @@ async def run_event(
     reconciler = _reconciler(memo)
     reconciler.run_seen(dict(event.get("object") or {}), gone=gone)
     if gone and name:
-        await reconciler.reconcile(_namespaced(namespace), name)
+        reconciler.reconcile_soon(_namespaced(namespace), name)
 
 
 @kopf.on.event("v1", "pods", labels={RUN_LABEL: kopf.PRESENT})
@@ -211,7 +218,7 @@ async def pod_changed(
     **_: Any,
 ) -> None:
     kind = event.get("type")
-    await _reconciler(memo).pod_changed(
+    _reconciler(memo).pod_event(
         _namespaced(namespace),
         labels[RUN_LABEL],
         dict(body),

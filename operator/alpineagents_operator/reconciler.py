@@ -15,6 +15,7 @@ makes it faster.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -56,6 +57,9 @@ _MAX_POD_VIEWS = 20_000
 _CHECKS_PER_YIELD = 200
 """Runs the resync checks between two yields to the event loop (a watch event waits at
 most that many :func:`decide` calls)."""
+_SOON_RETRY_SECONDS = 2.0
+"""A failed step of a watch event is taken again after this, doubling with each failure in
+a row up to the resync period (kopf's own retry of a handler was 2 s)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,11 @@ class Reconciler:
         """Reads and claims the runs' States."""
         self._locks: dict[RunKey, asyncio.Lock] = {}
         self._queued: set[RunKey] = set()
+        self._soon: set[RunKey] = set()
+        """Runs whose step a watch event asked for, waiting for one of the step workers."""
+        self._soon_keys: asyncio.Queue[RunKey] = asyncio.Queue()
+        self._soon_workers: list[asyncio.Task[None]] = []
+        self._soon_failures: dict[RunKey, int] = {}
         self._timers: dict[RunKey, tuple[float, asyncio.TimerHandle]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._claim_failures: dict[RunKey, int] = {}
@@ -181,6 +190,8 @@ class Reconciler:
                     await asyncio.gather(*posting)
             finally:
                 lock.release()
+                if key not in self._queued:  # nobody waits for it (waiters are queued)
+                    self._locks.pop(key, None)
                 self.last_step_at = time.monotonic()
 
     async def pod_changed(
@@ -192,24 +203,103 @@ class Reconciler:
         steps that find nothing to do). A ``listed`` pod (from a watch's initial list,
         not a change) is stepped only if :meth:`.Triage.listed_pod_needs_step` says so;
         nor is a replaced pod's end (see :meth:`.Triage.replaced_pod_ending`)."""
+        news = self._pod_news(namespace, run_name, pod, gone=gone, listed=listed)
+        if news is None:
+            return
+        view, stepped = news
+        if stepped:
+            await self.reconcile(namespace, run_name)
+        self._remember_pod(view, gone)  # after the step: a failed one is not skipped
+
+    def pod_event(
+        self, namespace: str, run_name: str, pod: JSON, *, gone: bool, listed: bool = False
+    ) -> None:
+        """:meth:`pod_changed` for kopf's pod handler: the step, if one is needed, is
+        taken by a step worker (:meth:`reconcile_soon`), so kopf's worker lets go of the
+        pod's body at once instead of holding it until the step is done."""
+        news = self._pod_news(namespace, run_name, pod, gone=gone, listed=listed)
+        if news is None:
+            return
+        view, stepped = news
+        if stepped:
+            self.reconcile_soon(namespace, run_name)
+        self._remember_pod(view, gone)  # a failed step is taken again by reconcile_soon
+
+    def _pod_news(
+        self, namespace: str, run_name: str, pod: JSON, *, gone: bool, listed: bool
+    ) -> tuple[PodView, bool] | None:
+        """The pod's view and whether its run needs a step for this event (the views
+        updated); None when the pod looks as it did at its last event."""
         view = PodView.from_pod(pod)
         if not gone and view.uid and self._pod_views.get(view.uid) == view:
-            return
+            return None
         if self.watched is not None:
             self.watched.pod_seen((namespace, run_name), view, gone=gone)
         if listed:
             stepped = self.triage.listed_pod_needs_step((namespace, run_name))
         else:
             stepped = not self.triage.replaced_pod_ending((namespace, run_name), view, gone)
-        if stepped:
-            await self.reconcile(namespace, run_name)
+        return view, stepped
+
+    def _remember_pod(self, view: PodView, gone: bool) -> None:
         if gone:
             self._pod_views.pop(view.uid, None)
         elif view.uid:
             if len(self._pod_views) >= _MAX_POD_VIEWS:
                 # Pods whose deletion the watch missed: forgetting all costs one step each.
                 self._pod_views.clear()
-            self._pod_views[view.uid] = view  # after the step: a failed one is not skipped
+            self._pod_views[view.uid] = view
+
+    def reconcile_soon(self, namespace: str, name: str) -> None:
+        """Reconcile the run from one of :data:`CALL_THREADS` step workers of the
+        operator's own, instead of in the caller (a kopf handler).
+
+        A kopf handler that awaited its step kept kopf's worker for that object, and
+        with it the object's body and kopf's cause (its diff, patch and logger), until
+        the step was done: with thousands of runs created at once, thousands of those
+        waited side by side for the operator's API threads, and the AgentRun's own
+        status events queued behind them, so its view stayed without the status its
+        step had written and the resync stepped it again. Here a run waiting for its
+        step is only its key (once, however many events asked), and at most
+        :data:`CALL_THREADS` steps hold a body at a time. A step that fails is taken
+        again after :data:`_SOON_RETRY_SECONDS`, doubling, as kopf retried the handler.
+        """
+        key = (namespace, name)
+        if key in self._soon:
+            return  # its step has not started: it will read whatever changed since
+        self._soon.add(key)
+        self._soon_keys.put_nowait(key)
+        if not self._soon_workers:
+            # In a context of their own: one made in a kopf handler would keep that
+            # handler's cause (the body among it) for as long as the worker lives.
+            self._soon_workers = [
+                asyncio.create_task(self._step_soon(), context=contextvars.Context())
+                for _ in range(CALL_THREADS)
+            ]
+
+    async def _step_soon(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            key = await self._soon_keys.get()
+            self._soon.discard(key)  # an event from now on asks for another step
+            try:
+                await self.step_logged(key)  # logs a failure once while it stays the same
+            finally:
+                self._soon_keys.task_done()
+            if key in self._resync_errors:
+                failures = self._soon_failures[key] = self._soon_failures.get(key, 0) + 1
+                delay = min(
+                    _SOON_RETRY_SECONDS * 2.0 ** (failures - 1),
+                    max(_SOON_RETRY_SECONDS, self.config.resync_seconds),
+                )
+                loop.call_later(delay, self.reconcile_soon, *key, context=contextvars.Context())
+            else:
+                self._soon_failures.pop(key, None)
+
+    async def steps_taken(self) -> None:
+        """Return once every step :meth:`reconcile_soon` was asked for has been taken
+        (failed ones included; their retries are asked for later)."""
+        await self._soon_keys.join()
 
     def requeue(self, namespace: str, name: str, delay: float) -> None:
         """Reconcile the run again after ``delay`` seconds (keeps the soonest request)."""
@@ -228,7 +318,9 @@ class Reconciler:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-        self._timers[key] = (when, loop.call_at(when, fire))
+        # In a context of its own: a timer set in a kopf handler would otherwise keep that
+        # handler's cause (the run's body, kopf's patch and diff) until it fires.
+        self._timers[key] = (when, loop.call_at(when, fire, context=contextvars.Context()))
 
     async def resync(self) -> None:
         """Reconcile every AgentRun in the watched namespaces that needs it (the safety net
@@ -276,9 +368,9 @@ class Reconciler:
         return named or [None]
 
     async def step_logged(self, key: RunKey) -> None:
-        """One run's step for the resync (or the start). Its failure is that run's alone:
-        it is logged (once while it stays the same), the caller goes on with the next
-        run, and the next resync steps this one again."""
+        """One run's step for the resync (or the start, or a watch event's step worker).
+        Its failure is that run's alone: it is logged (once while it stays the same), the
+        caller goes on with the next run, and the next resync steps this one again."""
         try:
             await self.reconcile(*key)
         except Exception as error:  # any failure: one bad run must not end the net for all
@@ -310,7 +402,7 @@ class Reconciler:
         for _, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._soon_workers]:
             task.cancel()
         self.pool.close()
 

@@ -37,7 +37,8 @@ CAP = int(os.environ.get("ALPINEAGENTS_ADMISSION_CAP", "2"))
 
 class LivePods:
     """Watches the namespace's run pods and keeps the most runs with a live pod at once
-    (a pod that is being deleted no longer counts: its run's place may pass on)."""
+    (a pod being deleted, or whose container exited, no longer counts: its run's place
+    may pass on)."""
 
     def __init__(self, env: Environment, prefix: str) -> None:
         self.env, self.prefix = env, prefix
@@ -71,8 +72,13 @@ class LivePods:
                     continue
                 pods = self._live.setdefault(run, set())
                 ending = event["type"] == "DELETED" or pod.metadata.deletion_timestamp
-                ended = pod.status.phase in ("Succeeded", "Failed")
-                if ending or ended:
+                # The run ends with its container's exit (the operator acts on it); the
+                # pod's phase follows when the kubelet tears the pod down.
+                exited = any(
+                    c.state is not None and c.state.terminated is not None
+                    for c in pod.status.container_statuses or []
+                )
+                if ending or exited or pod.status.phase in ("Succeeded", "Failed"):
                     pods.discard(pod.metadata.name)
                 else:
                     pods.add(pod.metadata.name)
