@@ -69,6 +69,7 @@ LOSS_REASONS = frozenset(
     }
 )
 _PHASES = (
+    "Queued",
     "Pending",
     "Running",
     "Interrupted",
