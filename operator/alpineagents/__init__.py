@@ -29,12 +29,13 @@ if TYPE_CHECKING:
         StoreError,
         StoreUnavailableError,
     )
+    from .fork import fork
     from .mcp import MCPServer, MCPServerUnavailable, MCPToolError
     from .messages import Message
     from .model import Retry
     from .permissions import Permissions
     from .pod_contract import ExitCode
-    from .state import Entry, EntryKind, Outcome, State, StopReason, ToolCall
+    from .state import Entry, EntryKind, ForkPoint, Outcome, State, StopReason, ToolCall
     from .store import FileStore, Record, StateInfo, Store, open_store
     from .tools import Tool, tool
     from .toolsets import Toolset, ToolsetUnavailable
@@ -49,6 +50,7 @@ _HOMES: dict[str, str] = {
     "EntryKind": ".state",
     "ExitCode": ".pod_contract",
     "FileStore": ".store",
+    "ForkPoint": ".state",
     "MCPServer": ".mcp",
     "MCPServerUnavailable": ".mcp",
     "MCPToolError": ".mcp",
@@ -73,6 +75,7 @@ _HOMES: dict[str, str] = {
     "ToolCall": ".state",
     "Toolset": ".toolsets",
     "ToolsetUnavailable": ".toolsets",
+    "fork": ".fork",
     "open_store": ".store",
     "tool": ".tools",
 }
@@ -85,6 +88,7 @@ __all__ = [
     "EntryKind",
     "ExitCode",
     "FileStore",
+    "ForkPoint",
     "MCPServer",
     "MCPServerUnavailable",
     "MCPToolError",
@@ -109,6 +113,7 @@ __all__ = [
     "ToolCall",
     "Toolset",
     "ToolsetUnavailable",
+    "fork",
     "open_store",
     "tool",
 ]

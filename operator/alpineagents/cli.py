@@ -204,6 +204,31 @@ def delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def fork(args: argparse.Namespace) -> int:
+    """``fork ID --at N``: a new State from entries 0..N of ID, edited; ID is unchanged."""
+    from .fork import fork as fork_state
+
+    store = _store(args)
+    fork_id = args.id_of_fork or f"{args.id}-fork-{args.at}"
+    results: dict[str, str] = {}
+    for edit in args.result or ():
+        call_id, sep, content = edit.partition("=")
+        if not sep or not call_id:
+            raise CommandError(f"--result takes CALL_ID=TEXT, not {edit!r}", ExitCode.NOT_RETRYABLE)
+        results[call_id] = content
+    _record(store, args.id)  # an unknown id says so, as for show
+    state = _reading(
+        store,
+        lambda: fork_state(store, args.id, args.at, fork_id, message=args.message, results=results),
+    )
+    print(
+        f"forked {args.id} at entry {args.at} as {state.id} ({len(state.history)} entries); "
+        f"run it on with: alpineagents run FILE.yaml --id {state.id}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def ui(args: argparse.Namespace) -> int:
     """``ui``: the run viewer in a browser (see :mod:`alpineagents.viewer`)."""
     from .viewer import command
@@ -283,6 +308,31 @@ def _parser() -> argparse.ArgumentParser:
     command = commands.add_parser("delete", parents=[common], help="delete a saved State")
     command.add_argument("id", metavar="ID")
     command.set_defaults(command=delete)
+
+    command = commands.add_parser(
+        "fork", parents=[common], help="a new State from a saved one's first entries"
+    )
+    command.add_argument("id", metavar="ID", help="the State to fork (left as it is)")
+    command.add_argument(
+        "--at",
+        type=int,
+        required=True,
+        metavar="N",
+        help="the last entry to copy (show lists them)",
+    )
+    command.add_argument(
+        "--as", dest="id_of_fork", metavar="NEW_ID", help="the fork's id (default: ID-fork-N)"
+    )
+    command.add_argument(
+        "--message", metavar="TEXT", help="replace entry N, a user's message, with TEXT"
+    )
+    command.add_argument(
+        "--result",
+        action="append",
+        metavar="CALL_ID=TEXT",
+        help="replace a tool call's result with TEXT (repeatable)",
+    )
+    command.set_defaults(command=fork)
 
     from .viewer.command import add_arguments
 

@@ -181,6 +181,13 @@ class ToolCall:
     input: dict[str, Any]
 
 
+class ForkPoint(NamedTuple):
+    """Where a forked State came from: the source State's id and its last entry copied."""
+
+    id: str
+    entry: int
+
+
 class Record(NamedTuple):
     """A State as a store holds it: its entries (as dicts) and its info."""
 
@@ -228,6 +235,8 @@ class State:
     ) -> None:
         self.id = check_id(id)
         self.parent_id = parent_id
+        self.forked_from: ForkPoint | None = None
+        """The State and entry this one was forked from (``alpineagents.fork``), or None."""
         self.history: list[Entry] = []
         self.messages: list[Message] = []
         self.stopped: StopReason | None = None
@@ -283,6 +292,9 @@ class State:
         entries, info = record
         check_format(state_id, info)
         state = cls(state_id, parent_id=info.get("parent_id"))
+        forked = info.get("forked_from")
+        if isinstance(forked, dict):
+            state.forked_from = ForkPoint(str(forked["id"]), int(forked["entry"]))
         history, replay, from_dict = state.history, state._replay, Entry.from_dict
         with collection.paused(long_lived=True):
             for raw in _ordered(state_id, entries):
@@ -645,6 +657,8 @@ class State:
             "cost_usd": round(self.cost_usd, 6),
             "answer": excerpt(answer, 500) if answer is not None else None,
         }
+        if self.forked_from is not None:
+            info["forked_from"] = {"id": self.forked_from.id, "entry": self.forked_from.entry}
         return info
 
     def __eq__(self, other: object) -> bool:

@@ -25,11 +25,12 @@ from typing import Any
 
 import pytest
 
+from ..fork import fork
 from ..messages import Message
-from ..state import State
+from ..state import ForkPoint, Record, State
 from ..store.base import Store
 
-__all__ = ["T0", "TRICKY_IDS", "StoreConformance", "entry", "info", "seqs"]
+__all__ = ["T0", "TRICKY_IDS", "StoreConformance", "a_run", "entry", "info", "seqs"]
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -57,6 +58,37 @@ def info(count: int, *, updated: datetime = T0, v: int = 5, **extra: Any) -> dic
         "entries": count,
         **extra,
     }
+
+
+def a_run(state_id: str = "source") -> State:
+    """A State with an entry of each kind a fork may start from: the prompt (0), a model
+    request (1), a reply calling a tool (2), its result (3), a compaction (4), another
+    request (5), the answer (6) and the stop (7)."""
+    state = State(state_id, messages=[Message.user("Count the files")])
+    call = {"type": "tool_use", "id": "toolu_1", "name": "shell", "input": {"command": "ls"}}
+    usage = {"input_tokens": 10, "output_tokens": 5}
+    state.add("model_request", "asking", {"model": "claude-sonnet-5", "prompt_chars": 15})
+    state.add(
+        "model_reply",
+        "calls shell",
+        {"message": Message.assistant([call]).to_dict(), "usage": usage, "cost_usd": 0.01},
+    )
+    state.add(
+        "tool_result",
+        "a b c",
+        {"call_id": "toolu_1", "name": "shell", "outcome": "ok", "content": "a b c"},
+    )
+    state.add("compaction", "compacted", {"summary": "listed the files", "replaced": 3})
+    state.add("model_request", "asking", {"model": "claude-sonnet-5", "prompt_chars": 40})
+    answer = Message.assistant([{"type": "text", "text": "Three files."}])
+    state.add("model_reply", "Three files.", {"message": answer.to_dict(), "usage": usage})
+    state.add("stop", "stopped: answered", {"reason": "answered"})
+    return state
+
+
+def _sorted(record: Record | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    assert record is not None
+    return sorted(record.entries, key=lambda e: int(e["seq"])), record.info
 
 
 def seqs(store: Store, state_id: str) -> list[int]:
@@ -209,3 +241,29 @@ class StoreConformance:
         store.write("old", [entry(0)], info(1, v=version), create=True)
         with pytest.raises(ValueError, match=f"format {version}"):
             store.load("old")
+
+    def test_a_fork_at_any_entry_runs_on_and_leaves_the_source_as_it_was(
+        self, store: Store
+    ) -> None:
+        source = a_run()
+        store.save(source)
+        before = _sorted(store.read("source"))
+        for at in range(len(source.history)):
+            forked = fork(store, "source", at, f"fork-{at}")
+            loaded = store.load(f"fork-{at}")
+            assert loaded == forked and loaded.forked_from == ForkPoint("source", at)
+            copied = [e.to_dict() for e in loaded.history[: at + 1]]
+            assert copied == before[0][: at + 1]
+            # What was open at the fork's last entry is closed as after a crash.
+            pending = {1: ("model_error",), 2: ("tool_result",), 5: ("model_error",)}.get(at, ())
+            assert tuple(e.kind for e in loaded.history[at + 1 :]) == pending
+            if at == 2:
+                assert loaded.history[-1].outcome == "aborted"
+            # It runs on: a new message, saved and loaded back.
+            loaded.send("Now count the folders")
+            store.save(loaded)
+            assert store.load(f"fork-{at}").history[-1].text.endswith("Now count the folders")
+        # A fork of a fork, and the source byte for byte as it was.
+        again = fork(store, "fork-3", 3, "fork-of-fork")
+        assert again.forked_from == ForkPoint("fork-3", 3)
+        assert _sorted(store.read("source")) == before
