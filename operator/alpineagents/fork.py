@@ -46,8 +46,7 @@ def fork(
     entries = sorted(record.entries, key=lambda e: int(e["seq"]))
     if not 0 <= at < len(entries):
         raise ValueError(
-            f"cannot fork {source_id!r} at entry {at}: it has entries 0 to "
-            f"{len(entries) - 1}"
+            f"cannot fork {source_id!r} at entry {at}: it has entries 0 to {len(entries) - 1}"
         )
     copied = [dict(entry) for entry in entries[: at + 1]]
     if message is not None:

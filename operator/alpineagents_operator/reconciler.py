@@ -29,6 +29,7 @@ from .cluster import CALL_THREADS, Cluster, PodRefused, failure_text
 from .config import OperatorConfig
 from .credential_issuer import RunCredentialIssuer
 from .decide import Decision, claim_refusal, decide, pod_refusal, refused
+from .forks import ForkFrom, copy_for_fork
 from .handover import NotHanded, Redo, hand_over, pick_standby
 from .metrics import OperatorMetrics
 from .places import Places
@@ -336,6 +337,10 @@ class Reconciler:
             for count, run in enumerate(self.watched.all_runs(), 1):
                 key = (run.namespace, run.name)
                 seen.add(key)
+                if key in self._soon:
+                    # Its step is asked for and reads afresh when it comes: runs created by
+                    # the thousand wait there, and the round would step each twice.
+                    continue
                 if self.triage.step_needed(run, self.watched.pods_of(key), "resync"):
                     await self.step_logged(key)
                 elif count % _CHECKS_PER_YIELD == 0:
@@ -510,6 +515,11 @@ class Reconciler:
             _log.info("%s/%s: %s", run.namespace, run.name, decision.note)
         for pod_name in decision.delete_pods:
             await asyncio.to_thread(self.cluster.delete_pod, run.namespace, pod_name)
+        if decision.create_pod == 1 and ForkFrom.of(run) and "forkedFrom" not in run.status.raw:
+            forked = await self._fork(run)
+            if isinstance(forked, Refusal):
+                return await self._apply(run, body, refused(run, 1, forked, self._clock()))
+            decision = replace(decision, status={**decision.status, "forkedFrom": forked})
         if decision.create_pod is not None:
             standby = await pick_standby(self.pool, run, decision, self.config) if pool else None
             if standby is not None:
@@ -561,6 +571,15 @@ class Reconciler:
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self.requeue(run.namespace, run.name, decision.requeue_after)
         return decision, answered
+
+    async def _fork(self, run: AgentRunView) -> JSON | Refusal:
+        """Copy the entries ``spec.forkFrom`` names into the run's State (see :mod:`.forks`)."""
+        wanted = ForkFrom.of(run)
+        assert wanted is not None
+        body = await asyncio.to_thread(self.cluster.get_run, run.namespace, wanted.run)
+        source = AgentRunView.from_body(body) if body is not None else None
+        store = self.stores.store(store_url(run, self.config))
+        return await asyncio.to_thread(copy_for_fork, run, source, store, self.config)
 
     async def _create_pod(
         self,

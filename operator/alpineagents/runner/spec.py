@@ -104,6 +104,7 @@ _OPERATOR_FIELDS = (
     "restartPolicy",
     "suspend",
     "onDelete",
+    "forkFrom",
 )
 _FIELDS = _SPEC_FIELDS + _OPERATOR_FIELDS
 _IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -208,6 +209,8 @@ def _parse_messages(spec: Mapping[str, Any], where: str) -> tuple[Message, ...]:
             raise SpecError(f"{where}.prompt", "must be a non-empty string")
         return (Message.user(prompt),)
     if raw is None:
+        if spec.get("forkFrom") is not None:
+            return ()  # a fork goes on from the entries the operator copied
         raise SpecError(where, "needs a prompt (a string) or messages (a list of {role, content})")
     if not isinstance(raw, list) or not raw:
         raise SpecError(f"{where}.messages", "must be a non-empty list of {role, content}")
