@@ -101,7 +101,7 @@ def test_a_capped_namespace_runs_at_most_its_cap_in_order_and_all_succeed(
     prefix = f"adm-{uuid.uuid4().hex[:4]}"
     # The first CAP take the places; the rest queue behind them. The last one is urgent:
     # it goes first when a place frees, the others by age.
-    names = [f"{prefix}-{i}" for i in range(RUNS)]  # same age: then by name, as here
+    names = [f"{prefix}-{i:02d}" for i in range(RUNS)]  # same age: then by name, as here
     with LivePods(env, prefix) as live:
         for name in names[:CAP]:
             apply_run(env, name, gated(gate, name))
