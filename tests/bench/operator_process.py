@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,7 +19,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -265,3 +267,29 @@ def pod_added(run: str) -> Callable[[Event], bool]:
 def held_by(replica: str) -> Callable[[Event], bool]:
     """Matches a Lease event naming a process of ``replica`` (its POD_ID) as the holder."""
     return lambda event: holder(event).startswith(f"{replica}_")
+
+
+@contextlib.contextmanager
+def operator_in_namespace(
+    plane: Any, directory: Path, prefix: str, **options: Any
+) -> Iterator[tuple[str, Path, OperatorProcess]]:
+    """A fresh namespace with the CRDs applied and an operator (not started) watching it
+    as its own ServiceAccount, its store the folder it yields; both go afterwards."""
+    plane.apply_crds()
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    plane.kubectl("create", "namespace", namespace)
+    folder = directory / "runs"
+    folder.mkdir()
+    process = OperatorProcess(
+        "operator",
+        operator_kubeconfig(plane, namespace, "operator", directory),
+        namespace,
+        folder,
+        directory / "operator.log",
+        **options,
+    )
+    try:
+        yield namespace, folder, process
+    finally:
+        process.stop()
+        plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)

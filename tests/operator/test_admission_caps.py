@@ -10,7 +10,6 @@ the chart's ``admission.maxRunningPerNamespace``.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
+from alpineagents_operator.admission import ANNOTATION
 from tests.bench.control_plane import ControlPlane
 from tests.bench.operator_process import (
     Event,
     EventLog,
     OperatorProcess,
-    operator_kubeconfig,
+    operator_in_namespace,
     pod_added,
     run_label,
 )
@@ -59,26 +59,11 @@ def queued_as(name: str, place: int) -> Any:
 def capped(
     control_plane: ControlPlane, tmp_path: Path
 ) -> Iterator[tuple[ControlPlane, str, OperatorProcess]]:
-    control_plane.apply_crds()
-    namespace = f"caps-{uuid.uuid4().hex[:6]}"
-    control_plane.kubectl("create", "namespace", namespace)
-    control_plane.kubectl("annotate", "namespace", namespace, "alpineagents.dev/max-running=2")
-    store = tmp_path / "runs"
-    store.mkdir()
-    operator = OperatorProcess(
-        "operator",
-        operator_kubeconfig(control_plane, namespace, "operator", tmp_path),
-        namespace,
-        store,
-        tmp_path / "operator.log",
-    )
-    operator.env["ALPINEAGENTS_MAX_RUNNING_PER_NAMESPACE"] = "10"
-    operator.env["ALPINEAGENTS_NAMESPACE_CAPS"] = "true"
-    try:
+    with operator_in_namespace(control_plane, tmp_path, "caps") as (namespace, _, operator):
+        control_plane.kubectl("annotate", "namespace", namespace, f"{ANNOTATION}=2")
+        operator.env["ALPINEAGENTS_MAX_RUNNING_PER_NAMESPACE"] = "10"
+        operator.env["ALPINEAGENTS_NAMESPACE_CAPS"] = "true"
         yield control_plane, namespace, operator
-    finally:
-        operator.stop()
-        control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_a_capped_namespace_queues_by_priority_then_age_and_admits_as_places_free(

@@ -6,7 +6,6 @@ says what the fork inherited; a fork the source cannot give says why, with no po
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from tests.bench.operator_process import (
     Event,
     EventLog,
     OperatorProcess,
-    operator_kubeconfig,
+    operator_in_namespace,
     pod_added,
 )
 
@@ -49,23 +48,8 @@ def with_reason(name: str, *reasons: str) -> Any:
 def operator(
     control_plane: ControlPlane, tmp_path: Path
 ) -> Iterator[tuple[ControlPlane, str, FileStore, OperatorProcess]]:
-    control_plane.apply_crds()
-    namespace = f"fork-{uuid.uuid4().hex[:6]}"
-    control_plane.kubectl("create", "namespace", namespace)
-    folder = tmp_path / "runs"
-    folder.mkdir()
-    process = OperatorProcess(
-        "operator",
-        operator_kubeconfig(control_plane, namespace, "operator", tmp_path),
-        namespace,
-        folder,
-        tmp_path / "operator.log",
-    )
-    try:
+    with operator_in_namespace(control_plane, tmp_path, "fork") as (namespace, folder, process):
         yield control_plane, namespace, FileStore(folder), process
-    finally:
-        process.stop()
-        control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_a_fork_starts_from_its_sources_entries_and_says_what_it_inherited(
