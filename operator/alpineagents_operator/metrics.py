@@ -20,6 +20,8 @@
 - ``alpineagents_run_restarts_max{namespace}``: the most restarts of a run not finished
   (a run whose resumes loop).
 - ``alpineagents_store_errors_total{operation}`` (read, claim): store calls that failed.
+- ``alpineagents_admission_in_use{namespace}`` and ``alpineagents_admission_queued{namespace}``:
+  under admission caps, runs holding a place and runs in line (none without caps).
 
 Labels are bounded: phases and types are fixed sets, loss reasons outside the known
 ones count as ``Other``, and namespaces and models are those of the cluster's runs.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -142,6 +144,12 @@ class OperatorMetrics:
             self.runs.labels(phase=phase).set(0)
         self.registry.register(_FleetGauges(self))
 
+    def watch_admission(
+        self, figures: Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]
+    ) -> None:
+        """Serve the admission gauges from ``figures`` (places in use, runs queued)."""
+        self.registry.register(_AdmissionGauges(figures))
+
     def record_phase(self, namespace: str, name: str, phase: str | None) -> None:
         """Note a run's current phase (None: the run is gone)."""
         key = (namespace, name)
@@ -247,6 +255,24 @@ class _RunSeen:
         self.cost: float = values.get("cost", 0.0)
         self.approvals: dict[str, float] = dict(values.get("approvals", {}))
         """Call id → when this operator first saw it waiting."""
+
+
+class _AdmissionGauges(Collector):
+    """Places held and runs in line by namespace, read from the ledger at each scrape."""
+
+    def __init__(self, figures: Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        in_use, queued = self._figures()
+        for name, text, counts in (
+            ("alpineagents_admission_in_use", "Runs holding a place, by namespace.", in_use),
+            ("alpineagents_admission_queued", "Runs Queued for a place, by namespace.", queued),
+        ):
+            family = GaugeMetricFamily(name, text, labels=["namespace"])
+            for namespace, count in sorted(counts.items()):
+                family.add_metric([namespace], count)
+            yield family
 
 
 class _FleetGauges(Collector):

@@ -14,6 +14,7 @@ from .admission import Admission, Caps, NamespaceCaps, Verdict
 from .cluster import Cluster
 from .config import OperatorConfig
 from .decide import Decision
+from .metrics import OperatorMetrics
 from .views import AgentRunView
 from .watched import RunKey
 
@@ -28,6 +29,7 @@ class Places:
         config: OperatorConfig,
         cluster: Cluster,
         requeue: Callable[[str, str, float], None],
+        metrics: OperatorMetrics | None = None,
     ) -> None:
         self._requeue = requeue
         self._namespace_caps: NamespaceCaps | None = None
@@ -39,6 +41,8 @@ class Places:
         if caps.any or self._namespace_caps is not None:
             own = self._namespace_caps
             self.ledger = Admission(caps, own.cap if own is not None else lambda _: None)
+            if metrics is not None:
+                metrics.watch_admission(self._figures)
 
     async def refresh(self, namespace: str) -> None:
         """Read the namespace's own cap if it is due (off the event loop)."""
@@ -75,6 +79,17 @@ class Places:
         self.ledger.release(key)
         for namespace, name in self.ledger.next_in_line():
             self._requeue(namespace, name, 0.0)
+
+    def _figures(self) -> tuple[dict[str, int], dict[str, int]]:
+        # Read on the metrics server's thread while the event loop changes the ledger:
+        # a copy taken as a dict changes size is taken again.
+        assert self.ledger is not None
+        for _ in range(3):
+            try:
+                return dict(self.ledger.in_use()), dict(self.ledger.queued())
+            except RuntimeError:
+                continue
+        return {}, {}
 
     def run_seen(self, run: AgentRunView, *, gone: bool) -> None:
         """An AgentRun as the watch delivered it."""

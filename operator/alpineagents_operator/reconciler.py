@@ -130,7 +130,7 @@ class Reconciler:
             config, cluster, clock=clock, open_store=self.stores.store
         )
         """Gives each pod its own short-lived store credentials (see its module)."""
-        self.places = Places(config, cluster, self.requeue)
+        self.places = Places(config, cluster, self.requeue, self.metrics)
         """Places under the admission caps (see :mod:`.admission`)."""
         self.triage = Triage(
             watched,

@@ -3,11 +3,16 @@ places taken atomically and given back (``alpineagents_operator.admission``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from prometheus_client import generate_latest
 
 from alpineagents_operator.admission import Admission, Caps, parse_cap
+from alpineagents_operator.cluster import Cluster
+from alpineagents_operator.config import OperatorConfig
+from alpineagents_operator.metrics import OperatorMetrics
+from alpineagents_operator.places import Places
 from alpineagents_operator.views import AgentRunView
 
 
@@ -147,3 +152,20 @@ def test_a_cap_that_is_not_a_whole_number_is_refused_by_name(value: object) -> N
 def test_no_cap_is_none_and_zero_is_zero() -> None:
     assert parse_cap(None, "x") is None and parse_cap("", "x") is None
     assert parse_cap("0", "x") == 0 and parse_cap(7, "x") == 7
+
+
+def test_the_metrics_count_places_in_use_and_runs_in_line_by_namespace() -> None:
+    metrics = OperatorMetrics()
+    places = Places(
+        OperatorConfig(max_running_per_namespace=1),
+        cast(Cluster, None),  # no namespace annotations: the cluster is never asked
+        lambda *_: None,
+        metrics,
+    )
+    places.run_seen(agent_run("a", phase="Running", admitted=True), gone=False)
+    places.run_seen(agent_run("b", phase="Queued"), gone=False)
+    places.run_seen(agent_run("c", "team-b", phase="Queued"), gone=False)
+    page = generate_latest(metrics.registry).decode()
+    assert 'alpineagents_admission_in_use{namespace="team-a"} 1.0' in page
+    assert 'alpineagents_admission_queued{namespace="team-a"} 1.0' in page
+    assert 'alpineagents_admission_queued{namespace="team-b"} 1.0' in page
