@@ -258,7 +258,7 @@ def ours_agent(
         client=client,
         context_window=window,
         compaction=compaction,
-        **({} if cached else {"prompt_cache": None}),
+        prompt_cache="5m" if cached else None,
     )
 
 
@@ -309,8 +309,13 @@ def _langchain_agent(server: ModelServer, window: int, kind: str) -> Any:
         """Runs the health checks of one service and returns their log."""
         return result(service)
 
-    model = ChatAnthropic(
-        base_url=server.url, api_key="x", model=MODEL, max_retries=0, max_tokens=4096
+    # langchain-anthropic's aliases (model, max_tokens) and a plain key: what its docs show.
+    model = ChatAnthropic(  # type: ignore[call-arg]
+        base_url=server.url,
+        api_key="x",  # type: ignore[arg-type]
+        model=MODEL,
+        max_retries=0,
+        max_tokens=4096,
     )
     middleware: list[Any] = []
     if kind == "summarize":

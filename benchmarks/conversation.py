@@ -116,7 +116,7 @@ class InstantModel:
     def client(self) -> anthropic.AsyncAnthropic:
         """An ``anthropic.AsyncAnthropic`` whose ``messages`` is this instant model."""
         client = anthropic.AsyncAnthropic(api_key="benchmark", max_retries=0)
-        client.messages = _Messages(self)  # type: ignore[assignment]  # a cached_property
+        client.messages = _Messages(self)  # type: ignore[assignment,misc]  # a cached_property
         return client
 
     def step_seconds(self) -> list[float]:

@@ -67,7 +67,7 @@ def saves(plain: Store, sealed: Store) -> dict[str, tuple[float, float]]:
     for number in range(SAVES):
         for kind in ("plain", "sealed") if number % 2 else ("sealed", "plain"):
             states[kind].send(f"{TEXT} ({number})")
-            samples[kind].append(timed(lambda kind=kind: stores[kind].save(states[kind])))
+            samples[kind].append(timed(functools.partial(stores[kind].save, states[kind])))
     return {
         kind: (
             statistics.median(s[0] for s in values) * 1000,

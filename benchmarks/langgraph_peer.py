@@ -80,7 +80,7 @@ def build_graph(delta: bool, run: PeerRun, checkpointer: BaseCheckpointSaver[Any
         return {"messages": [AIMessage(content="Every service is green.")]}
 
     graph = StateGraph(DeltaState if delta else ListState)
-    graph.add_node("agent", agent)
+    graph.add_node("agent", agent)  # type: ignore[type-var]  # its state is one of two TypedDicts
     graph.add_node("tools", ToolNode([run_command]))
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition, ["tools", END])

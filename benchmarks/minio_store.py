@@ -19,6 +19,7 @@ and writes ``benchmarks/results/minio_store.md``. Measured:
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import platform
@@ -207,7 +208,7 @@ def load_times(
         seconds, (loaded, meter) = timed(fresh_load, repeat)
         assert loaded == state, "a load must give back the State that was saved"
         reader, _ = metered_store(server, bucket)
-        read_seconds, record = timed(lambda r=reader, s=size: r.read(f"load-{s}"), repeat)
+        read_seconds, record = timed(functools.partial(reader.read, f"load-{size}"), repeat)
         segments = len(
             [
                 o
@@ -217,7 +218,7 @@ def load_times(
                 if str(o.object_name).endswith(".jsonl")
             ]
         )
-        file_seconds, file_loaded = timed(lambda f=file_store: f.load("load"), repeat)
+        file_seconds, file_loaded = timed(functools.partial(file_store.load, "load"), repeat)
         assert file_loaded == file_state
         rows.append(
             {

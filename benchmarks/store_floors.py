@@ -12,7 +12,7 @@ import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from alpineagents import FileStore, Message, State, Store
 
@@ -53,7 +53,8 @@ def interleaved(
 ) -> tuple[list[float], list[float]]:
     """``pairs`` timings of each (see :func:`benchmarks.measure.since`), alternating which
     goes first; ``prepare(n)`` runs untimed before the pair."""
-    saves, floors = [], []
+    saves: list[float] = []
+    floors: list[float] = []
     for n in range(pairs):
         prepare(n)
         order = (save, floor) if n % 2 == 0 else (floor, save)
@@ -109,7 +110,9 @@ def minio_vs_put(server: Any, repeats: int) -> dict[str, Spread]:
     for _ in range(repeats):
         bucket = server.fresh_bucket()
         store = minio_store(server, bucket)
-        raw = minio_store(server, bucket).client  # a client like the store's: same pool kind
+        raw = cast(
+            Any, minio_store(server, bucket)
+        ).client  # a client like the store's: same pool kind
         state = grown_state(store, "minio-floor", HISTORY_BEFORE)
 
         def put(line: bytes, n: int, raw: Any = raw, bucket: str = bucket) -> None:
@@ -145,7 +148,7 @@ def minio_slowest_save(
     for _ in range(repeats):
         bucket = server.fresh_bucket()
         store = minio_store(server, bucket)
-        raw = minio_store(server, bucket).client
+        raw = cast(Any, minio_store(server, bucket)).client
         state = State("slowest", [Message.user("Summarise the nightly builds")])
         store.save(state)
         times, puts = [], []

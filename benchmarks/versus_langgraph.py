@@ -7,6 +7,7 @@ theirs alternating. See :mod:`benchmarks.langgraph_peer` for how LangGraph is se
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +104,10 @@ class LoadFigures:
     ratio: dict[tuple[str, int], Spread] = field(default_factory=dict)  # theirs / ours
 
 
+def _load(folder: Path, state_id: str) -> State:
+    return FileStore(folder).load(state_id)
+
+
 def loads(work: Path, sizes: list[int], repeats: int) -> LoadFigures:
     """``FileStore.load`` (a fresh store object each time) vs ``graph.get_state``.
 
@@ -131,14 +136,12 @@ def loads(work: Path, sizes: list[int], repeats: int) -> LoadFigures:
                 peer.run_peer(size, delta=delta, saver=saver, durability=durability)
                 graphs[name] = peer.build_graph(delta, peer.PeerRun(size), saver)
             for _ in range(repeats):
-                ours, loaded = median_seconds(
-                    lambda folder=store_folder, id=saved.id: FileStore(folder).load(id), 3
-                )
+                ours, loaded = median_seconds(functools.partial(_load, store_folder, saved.id), 3)
                 check_loaded(loaded, saved)
                 figures.ours_ms.setdefault(size, Spread()).add(ours * 1000)
                 for name, graph in graphs.items():
                     theirs, _ = median_seconds(
-                        lambda graph=graph, size=size: peer.get_state(graph, "bench", size), 3
+                        functools.partial(peer.get_state, graph, "bench", size), 3
                     )
                     figures.peer_ms.setdefault((name, size), Spread()).add(theirs * 1000)
                     figures.ratio.setdefault((name, size), Spread()).add(theirs / ours)

@@ -200,7 +200,7 @@ def write_results(
     opens: dict[int, list[Open]], sizes: dict[int, int], trials: int, load: tuple[float, float]
 ) -> None:
     def median(length: int, what: str) -> float:
-        return statistics.median(getattr(o, what) for o in opens[length])
+        return float(statistics.median(getattr(o, what) for o in opens[length]))
 
     base = LENGTHS[0]
     lines = [
