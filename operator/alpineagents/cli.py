@@ -422,6 +422,7 @@ def _print_next_step(args: argparse.Namespace, message: dict[str, Any]) -> None:
                 "alpineagents run",
                 *([args.file] if args.file else []),
                 *([f"--id {args.id}"] if args.id else []),
+                *(["--offline"] if args.offline else []),
             ]
         )
         + store

@@ -235,6 +235,29 @@ def test_tail_of_a_stopped_state_prints_its_last_entries_and_exits(
 # ---------------------------------------------------------------------------- approvals
 
 
+def test_an_offline_run_waiting_for_approval_hints_the_offline_command_that_works(
+    workspace: Workspace, runners: list[RunnerProcess]
+) -> None:
+    manifest = workspace.manifest(
+        prompt='Deploy.\nuse shell {"command": "echo deployed"}',
+        tools=["shell"],
+        requireApproval=["shell"],
+    )
+    store, env = str(workspace.runs), child_env(None)
+    run = ["run", manifest, "--offline", "--store", store]
+    first = cli(*run, workdir=workspace.work, env=env, runners=runners)
+    assert first.process.returncode == ExitCode.WAITING_FOR_APPROVAL, first.stderr
+    approve, then = first.stderr.splitlines()[-2:]
+    assert then == f"then: alpineagents run {manifest} --offline --store {store}"
+    # Both followed as printed: no API key needed.
+    approving = approve.split("(or")[0].split()[2:]
+    approved = cli(*approving, workdir=workspace.work, env=env, runners=runners)
+    assert approved.process.returncode == 0, approved.stderr
+    second = cli(*then.split()[2:], workdir=workspace.work, env=env, runners=runners)
+    assert second.process.returncode == 0, second.stderr
+    assert "deployed" in second.stdout
+
+
 @pytest.mark.parametrize("refuse", [False, True])
 def test_a_run_that_waits_for_approval_says_how_to_answer_and_approve_answers(
     workspace: Workspace, model_server: ModelServer, runners: list[RunnerProcess], refuse: bool
