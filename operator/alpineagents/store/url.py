@@ -8,7 +8,7 @@
   ``$AWS_DEFAULT_REGION`` or ``us-east-1``), ``timeout`` and ``retry_budget`` (seconds),
   ``create_bucket`` (default true).
 - Either kind takes ``encrypted=true``: the store is wrapped in an
-  :class:`~alpineagents.encryption.EncryptedStore` with the keys in
+  :class:`~alpineagents.store.encrypted.EncryptedStore` with the keys in
   ``ALPINEAGENTS_ENCRYPTION_KEYS`` (or ``ALPINEAGENTS_ENCRYPTION_KEYS_FILE``).
 
 Credentials never go in the URL (it ends up in logs and resource specs); they come from
