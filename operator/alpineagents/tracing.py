@@ -597,6 +597,18 @@ def _exporter_from_environment() -> SpanExporter:
             f"OTEL_TRACES_EXPORTER={name!r} is not supported by alpineagents: use 'otlp' "
             f"(OTLP/HTTP), 'console' or 'none'"
         )
+    protocol = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if protocol != "http/protobuf":
+        # Said at the start, not found out by a collector that never gets a span.
+        raise ValueError(
+            f"OTLP protocol {protocol!r} is not supported by alpineagents: it sends OTLP over "
+            f"HTTP (http/protobuf); set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf and point "
+            f"the endpoint at the collector's OTLP/HTTP port (4318 by default)"
+        )
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as error:

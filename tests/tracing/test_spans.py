@@ -422,17 +422,30 @@ def test_the_standard_variables_turn_tracing_on(env: dict[str, str], on: bool) -
     assert tracing.enabled_by_environment(env) is on
 
 
+@pytest.mark.parametrize(
+    ("variables", "said"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER='zipkin' is not supported"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            "OTLP protocol 'grpc' is not supported by alpineagents: it sends OTLP over HTTP",
+        ),
+    ],
+)
 def test_an_exporter_it_cannot_make_fails_the_run_saying_what_to_set(
     tmp_path: Path,
     model_server: ModelServer,
     model_client: anthropic.Anthropic,
     monkeypatch: pytest.MonkeyPatch,
+    variables: dict[str, str],
+    said: str,
 ) -> None:
     tracing.disable()
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
     state = State(id="misconfigured", messages=[Message.user("Hi")])
     agent = Agent(model="claude-sonnet-5", store=FileStore(tmp_path), client=model_client)
-    with pytest.raises(ValueError, match="OTEL_TRACES_EXPORTER='zipkin' is not supported"):
+    with pytest.raises(ValueError, match=said):
         agent.run(state)
     assert state.stopped == "error"  # saved as the run's end, like any failure
     assert model_server.requests == []
