@@ -137,7 +137,7 @@ def list_states(args: argparse.Namespace) -> int:
         updated = (
             info.updated_at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if info.updated_at else "-"
         )
-        status = info.stopped or "open"
+        status = info.stopped or _open_status(store, info.id)
         first = (info.first_message or "").replace("\n", " ")[:60]
         print(f"{info.id:<{width}}  {updated}  {status:<20}  {info.entries:>5} entries  {first}")
     return 0
@@ -153,7 +153,8 @@ def show(args: argparse.Namespace) -> int:
         usage = info.get("usage") or {}
         print(
             f"{args.id}: {info.get('entries', len(record.entries))} entries, "
-            f"{info.get('stopped') or 'open'}, turns {info.get('turns', 0)}, "
+            f"{info.get('stopped') or _open_status(store, args.id)}, "
+            f"turns {info.get('turns', 0)}, "
             f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}, "
             f"cache read {usage.get('cache_read_input_tokens', 0)} / written "
             f"{usage.get('cache_creation_input_tokens', 0)}, "
@@ -402,6 +403,13 @@ def _record(store: Store, state_id: str) -> Record:
             f"no saved State {state_id!r} in {store!r} (alpineagents list shows the saved ones)"
         )
     return record
+
+
+def _open_status(store: Store, state_id: str) -> str:
+    """A State without a stop: ``running`` while a process holds its run lock, ``lost``
+    when the process that ran it is gone (killed), ``open`` when the store cannot tell."""
+    running = is_running(store, state_id)
+    return "open" if running is None else ("running" if running else "lost")
 
 
 def _entries(store: Store, state_id: str, record: Record) -> list[Entry]:

@@ -209,6 +209,14 @@ def test_tail_says_lost_when_the_process_running_the_state_is_killed(
     runners.append(tail)
     assert tail.process.stdout is not None
     assert "message user: Take your time." in tail.process.stdout.readline()
+    store, env = str(workspace.runs), child_env(None)
+
+    def said(command: str) -> str:
+        done = cli(command, *(["job"] if command == "show" else []), "--store", store,
+                   workdir=workspace.work, env=env, runners=runners)  # fmt: skip
+        return done.stdout.splitlines()[0]
+
+    assert said("list").split()[3] == "running" and ", running, " in said("show")
     run.signal(signal.SIGKILL)
     assert run.wait() == -signal.SIGKILL
     assert tail.wait() == 1
@@ -216,6 +224,8 @@ def test_tail_says_lost_when_the_process_running_the_state_is_killed(
         "alpineagents: no process runs job (lost, or waiting to be run again): "
         "alpineagents run resumes it\n"
     )
+    # list and show tell a killed run from a running one, as tail and the viewer do.
+    assert said("list").split()[3] == "lost" and ", lost, " in said("show")
     model_server.release()
 
 
