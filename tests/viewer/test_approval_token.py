@@ -134,6 +134,19 @@ def test_approvals_on_a_host_others_reach_need_a_flag_and_warn(tmp_path: Path) -
         assert allowed.stderr.readline().startswith("alpineagents ui: ")
         warning = allowed.stderr.readline()
         assert warning.startswith("alpineagents ui: warning: anyone who can reach 0.0.0.0:")
+        assert "can read every run's history" in warning and "answer tool calls" in warning
     finally:
         allowed.terminate()
         allowed.communicate(timeout=DEADLINE)
+
+    # Read-only is not private either: said at the start.
+    reader = ui("--host", "0.0.0.0", tmp_path=tmp_path)
+    try:
+        assert reader.stdout is not None and reader.stderr is not None
+        reader.stdout.readline()
+        reader.stderr.readline()
+        warning = reader.stderr.readline()
+        assert "can read every run's history" in warning and "answer" not in warning
+    finally:
+        reader.terminate()
+        reader.communicate(timeout=DEADLINE)

@@ -122,10 +122,13 @@ def serve(args: argparse.Namespace, store: Store, *, out: TextIO = sys.stdout) -
     where = f"; AgentRuns of {cluster.where}" if cluster else ""
     print(f"http://{shown}:{port}/" + (f"?token={token}" if token else ""), file=out, flush=True)
     print(f"alpineagents ui: {store!r}{where}; {mode}; Ctrl+C stops", file=sys.stderr, flush=True)
-    if args.allow_approvals and not loopback:
+    if not loopback:
+        # Read-only is not private: every run's whole history, tool results included.
+        reach = f"anyone who can reach {args.host}:{port}"
         print(
-            f"alpineagents ui: warning: anyone who can reach {args.host}:{port} and has "
-            f"the token can answer tool calls; the connection is not encrypted",
+            f"alpineagents ui: warning: {reach} can read every run's history in {store!r}"
+            + (", and with the token answer tool calls" if args.allow_approvals else "")
+            + "; the connection is not encrypted",
             file=sys.stderr,
             flush=True,
         )
