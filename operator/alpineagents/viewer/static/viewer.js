@@ -113,7 +113,7 @@ function statusOf(run) {
   const process = !phase && !stopped ? run.process : null; // lost, waiting_for_resume, ...
   let status = phase || stopped || (process && process !== "running" ? process : run.saved ? "open" : "Pending");
   let group = process === "lost" ? "stopped" : process === "waiting_for_resume" ? "waiting" : "going";
-  if (stopped === "waiting_for_approval" || phase === "WaitingForApproval") group = "waiting";
+  if (stopped === "waiting_for_approval" || phase === "WaitingForApproval" || phase === "Queued") group = "waiting";
   else if (phase === "Succeeded" || (!phase && stopped === "answered")) group = "answered";
   else if (phase === "Failed" || phase === "Suspended" || phase === "Interrupted" || (!phase && stopped && stopped !== "answered")) group = "stopped";
   return { status, group };
