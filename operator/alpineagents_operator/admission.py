@@ -126,7 +126,8 @@ class Admission:
         if holds:
             self._take(key)
             self._holding.add(key)
-        elif gone or key in self._holding or run.status.phase in NO_PLACE:
+        elif gone or key in self._holding:
+            # A place given and not shown yet stays: this event may be from before it.
             self.release(key)
         if not gone and run.status.phase == Phase.QUEUED and not run.deleting:
             self._enter_line(run)

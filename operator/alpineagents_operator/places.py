@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from .admission import Admission, Caps, NamespaceCaps, Verdict
+from .admission import NO_PLACE, Admission, Caps, NamespaceCaps, Verdict
 from .cluster import Cluster
 from .config import OperatorConfig
 from .decide import Decision
@@ -68,8 +68,10 @@ class Places:
         return decision if verdict.admitted else redecide(verdict)
 
     def applied(self, run: AgentRunView, decision: Decision) -> None:
-        """After a step: a place given up (``admitted`` cleared) goes to the next."""
-        if "admitted" in decision.status and decision.status["admitted"] is None:
+        """After a step: a place given up (``admitted`` cleared, or a phase that holds
+        none, as a run that found its answer saved once it had a place) goes to the next."""
+        given_up = "admitted" in decision.status and decision.status["admitted"] is None
+        if given_up or decision.status.get("phase") in NO_PLACE:
             self.gone((run.namespace, run.name))
 
     def gone(self, key: RunKey) -> None:

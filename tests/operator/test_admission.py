@@ -137,6 +137,7 @@ def test_a_place_given_is_kept_while_the_watch_still_shows_the_run_before_it() -
     ledger = Admission(Caps(max_running_per_namespace=1), clock=clock)
     assert ledger.admit(agent_run("a")).admitted
     ledger.run_seen(agent_run("a", phase="Queued"), gone=False)  # an older event
+    ledger.run_seen(agent_run("a", phase="WaitingForApproval"), gone=False)  # older still
     assert not ledger.admit(agent_run("b")).admitted
     # A place whose status never showed (the patch failed) is given back after a while.
     clock.now = 61.0
