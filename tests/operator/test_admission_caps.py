@@ -80,17 +80,12 @@ def test_a_capped_namespace_queues_by_priority_then_age_and_admits_as_places_fre
         plane.kubectl("create", "-f", "-", input=yaml.safe_dump_all(first))
         for name in ("first", "second"):
             pods.wait_for(pod_added(name))
-        # Three more, oldest first; the youngest is urgent.
-        for name, priority in (("old", 0), ("young", 0), ("urgent", 5)):
+        # Three more, oldest first; the youngest is urgent: first in line as it joins.
+        for name, priority, place in (("old", 0, 1), ("young", 0, 2), ("urgent", 5, 1)):
             plane.kubectl(
                 "create", "-f", "-", input=json.dumps(manifest(namespace, name, priority))
             )
-            runs.wait_for(
-                lambda e, n=name: (
-                    e.object["metadata"]["name"] == n
-                    and (e.object.get("status") or {}).get("phase") == "Queued"
-                )
-            )
+            runs.wait_for(queued_as(name, place))
         queued = {
             item["metadata"]["name"]: item["status"]
             for item in json.loads(
@@ -115,7 +110,6 @@ def test_a_capped_namespace_queues_by_priority_then_age_and_admits_as_places_fre
         pods.wait_for(lambda e: e.type == "ADDED" and e.object["metadata"]["name"] == "second-2")
         plane.kubectl("delete", "agentrun", "urgent", "-n", namespace)
         pods.wait_for(pod_added("old"))
-        runs.wait_for(queued_as("young", 1))
 
         # Never more than two runs with a live pod at once.
         live: set[str] = set()
