@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         StoreError,
         StoreUnavailableError,
     )
-    from .fork import fork
+    from .forking import fork
     from .mcp import MCPServer, MCPServerUnavailable, MCPToolError
     from .messages import Message
     from .model import Retry
@@ -75,7 +75,7 @@ _HOMES: dict[str, str] = {
     "ToolCall": ".state",
     "Toolset": ".toolsets",
     "ToolsetUnavailable": ".toolsets",
-    "fork": ".fork",
+    "fork": ".forking",
     "open_store": ".store",
     "tool": ".tools",
 }

@@ -207,7 +207,7 @@ def delete(args: argparse.Namespace) -> int:
 
 def fork(args: argparse.Namespace) -> int:
     """``fork ID --at N``: a new State from entries 0..N of ID, edited; ID is unchanged."""
-    from .fork import fork as fork_state
+    from .forking import fork as fork_state
 
     store = _store(args)
     fork_id = args.id_of_fork or f"{args.id}-fork-{args.at}"

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from ..fork import fork
+from ..forking import fork
 from ..messages import Message
 from ..state import ForkPoint, Record, State
 from ..store.base import Store
