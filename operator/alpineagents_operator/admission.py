@@ -126,8 +126,11 @@ class Admission:
         if holds:
             self._take(key)
             self._holding.add(key)
-        elif gone or key in self._holding:
-            # A place given and not shown yet stays: this event may be from before it.
+        elif key in self._holding and not gone:
+            # A place given and not shown yet stays: this event may be from before it. A
+            # deleted run's place goes once its pods are stopped (``release``, by the step
+            # that stops them), not at its DELETED event: the next run's pod would start
+            # beside them.
             self.release(key)
         if not gone and run.status.phase == Phase.QUEUED and not run.deleting:
             self._enter_line(run)

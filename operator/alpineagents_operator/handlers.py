@@ -12,8 +12,9 @@ What triggers a reconcile step of a run:
   (:mod:`.resumes`).
 - ``@kopf.on.event`` of any pod labelled ``alpineagents.dev/run`` (the watch is filtered
   by that label on the server): the pod's run is reconciled, unless the pod looks to
-  :func:`decide` as it did at its last event. This is how a lost pod is noticed within
-  one watch event. No kopf finalizers or annotations are put on pods.
+  :func:`decide` as it did at its last event, or the views (this pod as the event shows
+  it) say the step would change nothing. This is how a lost pod is noticed within one
+  watch event. No kopf finalizers or annotations are put on pods.
 - ``@kopf.on.event`` of a warm pool's waiting standby pod that ended or goes: the pool
   starts another (:mod:`.standby_pool`).
 - The DELETED event of an AgentRun, so its pods stop even without a garbage collector.

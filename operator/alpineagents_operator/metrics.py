@@ -132,7 +132,8 @@ class OperatorMetrics:
         self.checks = Counter(
             "alpineagents_run_checks",
             "Runs looked at (at a resume after the operator started, a resync, a pod of a "
-            "watch's listing), by whether a reconcile step followed (none: no request).",
+            "watch's listing, a pod's event), by whether a reconcile step followed (none: no "
+            "request).",
             ["source", "stepped"],
             registry=self.registry,
         )

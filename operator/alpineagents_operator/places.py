@@ -98,5 +98,3 @@ class Places:
         if self.ledger is None:
             return
         self.ledger.run_seen(run, gone=gone)
-        if gone:
-            self.gone((run.namespace, run.name))

@@ -108,8 +108,10 @@ class Reconciler:
         """Reads and claims the runs' States."""
         self._locks: dict[RunKey, asyncio.Lock] = {}
         self._queued: set[RunKey] = set()
-        self._soon: set[RunKey] = set()
-        """Runs whose step a watch event asked for, waiting for one of the step workers."""
+        self._soon: dict[RunKey, bool] = {}
+        """Runs whose step a watch event asked for, waiting for one of the step workers,
+        and whether it is taken whatever the views say (False: only if they say a step
+        would change something, judged when a worker takes it)."""
         self._soon_keys: asyncio.Queue[RunKey] = asyncio.Queue()
         self._soon_workers: list[asyncio.Task[None]] = []
         self._soon_failures: dict[RunKey, int] = {}
@@ -217,13 +219,18 @@ class Reconciler:
     ) -> None:
         """:meth:`pod_changed` for kopf's pod handler: the step, if one is needed, is
         taken by a step worker (:meth:`reconcile_soon`), so kopf's worker lets go of the
-        pod's body at once instead of holding it until the step is done."""
+        pod's body at once instead of holding it until the step is done. The worker takes
+        it only if the views (this event's pod among them) then say it would change
+        something: the ADDED event of a pod the run's own step just created asked for a
+        step that found nothing to do, and with 10,000 runs created at once those steps
+        (a read of the run and a listing of its pods each) were still queued minutes after
+        every run had its pod."""
         news = self._pod_news(namespace, run_name, pod, gone=gone, listed=listed)
         if news is None:
             return
         view, stepped = news
         if stepped:
-            self.reconcile_soon(namespace, run_name)
+            self.reconcile_soon(namespace, run_name, if_needed=True)
         self._remember_pod(view, gone)  # a failed step is taken again by reconcile_soon
 
     def _pod_news(
@@ -251,7 +258,7 @@ class Reconciler:
                 self._pod_views.clear()
             self._pod_views[view.uid] = view
 
-    def reconcile_soon(self, namespace: str, name: str) -> None:
+    def reconcile_soon(self, namespace: str, name: str, *, if_needed: bool = False) -> None:
         """Reconcile the run from one of :data:`CALL_THREADS` step workers of the
         operator's own, instead of in the caller (a kopf handler).
 
@@ -264,11 +271,16 @@ class Reconciler:
         step is only its key (once, however many events asked), and at most
         :data:`CALL_THREADS` steps hold a body at a time. A step that fails is taken
         again after :data:`_SOON_RETRY_SECONDS`, doubling, as kopf retried the handler.
+
+        ``if_needed``: the step is taken only if, when a worker takes it, the views say
+        it would change something (:meth:`.Triage.step_needed`, as the resync judges).
         """
         key = (namespace, name)
         if key in self._soon:
-            return  # its step has not started: it will read whatever changed since
-        self._soon.add(key)
+            # Its step has not started: it will read whatever changed since.
+            self._soon[key] = self._soon[key] or not if_needed
+            return
+        self._soon[key] = not if_needed
         self._soon_keys.put_nowait(key)
         if not self._soon_workers:
             # In a context of their own: one made in a kopf handler would keep that
@@ -282,8 +294,10 @@ class Reconciler:
         loop = asyncio.get_running_loop()
         while True:
             key = await self._soon_keys.get()
-            self._soon.discard(key)  # an event from now on asks for another step
+            forced = self._soon.pop(key, True)  # an event from now on asks for another step
             try:
+                if not forced and not self.triage.step_needed_by_key(key, "event"):
+                    continue
                 await self.step_logged(key)  # logs a failure once while it stays the same
             finally:
                 self._soon_keys.task_done()

@@ -128,7 +128,10 @@ def test_places_held_are_learned_from_the_watch_and_given_back_when_runs_end() -
     assert not ledger.admit(agent_run("new")).admitted
     ledger.run_seen(agent_run("held", phase="Succeeded"), gone=False)
     assert ledger.admit(agent_run("new")).admitted
+    # A deleted run keeps its place until the step that stops its pods gives it up.
     ledger.run_seen(agent_run("new", phase="Pending", admitted=True), gone=True)
+    assert ledger.in_use() == {"team-a": 1}
+    ledger.release(("team-a", "new"))
     assert ledger.in_use() == {}
 
 

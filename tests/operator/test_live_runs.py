@@ -137,8 +137,12 @@ async def test_an_idle_operator_over_pending_run_pods_makes_no_request_per_run_i
         reconciler.reconcile_soon(cluster.namespace, name)
     await reconciler.steps_taken()
     assert len(pods_of(cluster)) == RUNS
+    # Each pod's ADDED, its run's status as the watch shows it: no step, no request
+    # (a step for each would read the run and list its pods, and find nothing to do).
+    before = calls_of(reconciler)
     watches_deliver(cluster, reconciler, names)
-    await reconciler.steps_taken()  # each pod's ADDED: a step that finds nothing to do
+    await reconciler.steps_taken()
+    assert calls_of(reconciler) == before, calls_of(reconciler) - before
 
     # One pod is marked Unschedulable, as a scheduler does when no node fits: one step
     # puts the reason in its run's status, and that is all it ever needs.
