@@ -113,10 +113,13 @@ class Template:
         api.configuration.connection_pool_maxsize = CREATORS
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
-        run = self._custom.get_namespaced_custom_object(
+        # The client's raw answers (dicts, and an unread response): Any, as they are used.
+        run: Any = self._custom.get_namespaced_custom_object(
             "alpineagents.dev", "v1", NAMESPACE, "agentruns", TEMPLATE
         )
-        pod = self._core.read_namespaced_pod(f"{TEMPLATE}-1", NAMESPACE, _preload_content=False)
+        pod: Any = self._core.read_namespaced_pod(
+            f"{TEMPLATE}-1", NAMESPACE, _preload_content=False
+        )
         self.uid = run["metadata"]["uid"]
         self.annotations = dict(run["metadata"].get("annotations") or {})
         self.spec = run["spec"]
@@ -148,7 +151,7 @@ class Template:
             "metadata": {"name": name, "namespace": NAMESPACE, "annotations": self.annotations},
             "spec": self.spec,
         }
-        made = self._custom.create_namespaced_custom_object(
+        made: Any = self._custom.create_namespaced_custom_object(
             "alpineagents.dev", "v1", NAMESPACE, "agentruns", body
         )
         uid = made["metadata"]["uid"]
@@ -157,7 +160,7 @@ class Template:
             {"status": self._for(self.status, name, uid)},
         )  # fmt: skip
         pod = self._for(self.pod, name, uid)
-        response = self._core.create_namespaced_pod(NAMESPACE, pod, _preload_content=False)
+        response: Any = self._core.create_namespaced_pod(NAMESPACE, pod, _preload_content=False)
         _ = response.data  # read to its end before the connection goes back to the pool
         response.release_conn()
 
