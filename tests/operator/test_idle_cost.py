@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from tests.bench.operator_process import (
     EventLog,
     OperatorProcess,
     agentrun,
-    operator_kubeconfig,
+    operator_in_namespace,
     pod_added,
 )
 
@@ -87,24 +86,12 @@ class Idle:
 
 @pytest.fixture
 def idle(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Idle]:
-    control_plane.apply_crds()
-    namespace = f"idle-{uuid.uuid4().hex[:6]}"
-    control_plane.kubectl("create", "namespace", namespace)
-    store = tmp_path / "runs"
-    store.mkdir()
-    operator = OperatorProcess(
-        "operator",
-        operator_kubeconfig(control_plane, namespace, "operator", tmp_path),
+    with operator_in_namespace(control_plane, tmp_path, "idle", resync_seconds=RESYNC_SECONDS) as (
         namespace,
-        store,
-        tmp_path / "operator.log",
-        resync_seconds=RESYNC_SECONDS,
-    )
-    try:
+        _,
+        operator,
+    ):
         yield Idle(control_plane, namespace, operator)
-    finally:
-        operator.stop()
-        control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_an_idle_operator_makes_no_more_requests_with_five_times_the_runs(idle: Idle) -> None:
