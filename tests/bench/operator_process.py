@@ -243,8 +243,9 @@ def run_label(event: Event) -> str:
     return str((event.object["metadata"].get("labels") or {}).get("alpineagents.dev/run", ""))
 
 
-def agentrun(namespace: str, name: str) -> str:
-    """An AgentRun manifest (YAML) whose pod, on a plane without nodes, stays Pending."""
+def agentrun(namespace: str, name: str, **spec: Any) -> str:
+    """An AgentRun manifest (YAML) whose pod, on a plane without nodes, stays Pending;
+    ``spec`` adds fields."""
     return json.dumps(
         {
             "apiVersion": "alpineagents.dev/v1",
@@ -254,6 +255,7 @@ def agentrun(namespace: str, name: str) -> str:
                 "model": "claude-sonnet-5",
                 "prompt": f"job {name}",
                 "restartPolicy": {"initialBackoffSeconds": 0},
+                **spec,
             },
         }
     )

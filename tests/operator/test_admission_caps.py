@@ -23,24 +23,11 @@ from tests.bench.operator_process import (
     Event,
     EventLog,
     OperatorProcess,
+    agentrun,
     operator_in_namespace,
     pod_added,
     run_label,
 )
-
-
-def manifest(namespace: str, name: str, priority: int = 0) -> dict[str, Any]:
-    return {
-        "apiVersion": "alpineagents.dev/v1",
-        "kind": "AgentRun",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "model": "claude-sonnet-5",
-            "prompt": f"job {name}",
-            "priority": priority,
-            "restartPolicy": {"initialBackoffSeconds": 0},
-        },
-    }
 
 
 def queued_as(name: str, place: int) -> Any:
@@ -76,15 +63,13 @@ def test_a_capped_namespace_queues_by_priority_then_age_and_admits_as_places_fre
         EventLog(client, namespace, "agentruns") as runs,
     ):
         operator.start()
-        first = [manifest(namespace, name) for name in ("first", "second")]
+        first = [json.loads(agentrun(namespace, name)) for name in ("first", "second")]
         plane.kubectl("create", "-f", "-", input=yaml.safe_dump_all(first))
         for name in ("first", "second"):
             pods.wait_for(pod_added(name))
         # Three more, oldest first; the youngest is urgent: first in line as it joins.
         for name, priority, place in (("old", 0, 1), ("young", 0, 2), ("urgent", 5, 1)):
-            plane.kubectl(
-                "create", "-f", "-", input=json.dumps(manifest(namespace, name, priority))
-            )
+            plane.kubectl("create", "-f", "-", input=agentrun(namespace, name, priority=priority))
             runs.wait_for(queued_as(name, place))
         queued = {
             item["metadata"]["name"]: item["status"]
