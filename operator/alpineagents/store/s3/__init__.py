@@ -96,7 +96,10 @@ left of the budget, so an operation fails within ``retry_budget`` seconds even w
 server hangs. A client with its own ``urllib3.PoolManager`` keeps that pool's timeouts (the
 ``minio`` default is 5 minutes) and its retries; the store's retries come on top.
 
-The modules: :mod:`.minio_store` (the store), :mod:`.slots` (the pure algebra of its
+The modules: :mod:`.minio_store` (the store: layout 2's saves, reads, creates, deletes),
+:mod:`.fencing` (taking a State over, creating its next slot, finding it taken),
+:mod:`.merges` (the background merges), :mod:`.chains` (what an instance holds of each
+State, and ``info.json``), :mod:`.slots` (the pure algebra of its
 slots), :mod:`.pieces` (a State's pieces listed, fetched, cached and merged),
 :mod:`.objects` (its requests), :mod:`.legacy` (all of layout 1) and
 :mod:`.credential_files` (credentials read again when a Secret renews them).
