@@ -41,7 +41,7 @@ class CommandError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``alpineagents`` command line; returns the exit code."""
-    args = _parser().parse_args(argv)
+    args = command_parser().parse_args(argv)
     try:
         code: int = args.command(args)
         sys.stdout.flush()
@@ -243,7 +243,8 @@ def ui(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- internals
 
 
-def _parser() -> argparse.ArgumentParser:
+def command_parser() -> argparse.ArgumentParser:
+    """The ``alpineagents`` command line's parser (docs/cli.md is generated from it)."""
     parser = argparse.ArgumentParser(
         prog="alpineagents", description="Durable LLM agent runs: run, resume and inspect them."
     )

@@ -114,7 +114,7 @@ class ReliabilityReport:
             "# Reliability: the fault campaign",
             "",
             "Written by the campaign itself (`tests/runtime/test_campaign.py`), the runtime half of",
-            "issue 13: real processes, real signals, a real filesystem running out of space,",
+            "the fault campaign: real processes, real signals, a real filesystem running out of space,",
             "and the scripted model server recording every request. Do not edit by hand: each",
             "run rewrites the sections it ran and keeps the others.",
             "",

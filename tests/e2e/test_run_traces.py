@@ -1,6 +1,6 @@
 """A run's trace on the real node: its pod deleted mid tool call, resumed, one trace.
 
-The release is upgraded with the README's three lines of ``telemetry`` values (the
+The release is upgraded with the three lines of ``telemetry`` values (the
 endpoint swapped for a real OpenTelemetry Collector on the node's bridge, where pods reach
 it), as a user points their runs at Jaeger or Tempo. A run's gated tool call is held, its
 pod deleted (SIGTERM: the runner closes the call as ``aborted``, saves, and sends its spans
@@ -41,10 +41,10 @@ MODEL = "claude-sonnet-5"
 
 
 def readme_telemetry_values() -> dict[str, Any]:
-    """The README's "three lines of values" that send every run's traces to a backend."""
-    text = (REPO / "README.md").read_text()
+    """docs/observability.md's "three lines of values" that send every run's traces to a backend."""
+    text = (REPO / "docs" / "observability.md").read_text()
     found = re.search(r"```yaml\n(telemetry:\n.*?)```", text, re.DOTALL)
-    assert found is not None, "README.md has no ```yaml block of telemetry values"
+    assert found is not None, "docs/observability.md has no ```yaml block of telemetry values"
     block = found.group(1)
     assert len(block.strip().splitlines()) == 3, block
     values: dict[str, Any] = yaml.safe_load(block)

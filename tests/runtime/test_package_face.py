@@ -16,7 +16,7 @@ import alpineagents
 from tests.paths import REPO
 
 PACKAGE_ROOT = Path(alpineagents.__file__).resolve().parents[1]
-README = REPO / "README.md"
+LIBRARY_PAGE = REPO / "docs" / "library.md"
 
 
 def _modules_loaded_by(statement: str) -> set[str]:
@@ -77,8 +77,8 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         raise AssertionError("alpineagents.NoSuchThing resolved")
 
 
-def test_the_public_names_are_the_ones_the_readme_lists() -> None:
-    readme = README.read_text(encoding="utf-8")
-    paragraph = readme.split("The public names (`alpineagents.__all__`)", 1)[1].split("\n\n")[0]
+def test_the_public_names_are_the_ones_the_library_page_lists() -> None:
+    page = LIBRARY_PAGE.read_text(encoding="utf-8")
+    paragraph = page.split("The public names (`alpineagents.__all__`)", 1)[1].split("\n\n")[0]
     listed = re.findall(r"`(\w+)`", paragraph.split(":", 1)[1])
     assert listed == list(alpineagents.__all__)
