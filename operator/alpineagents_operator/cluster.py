@@ -7,6 +7,7 @@ calls them on worker threads.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -46,6 +47,10 @@ def api_client_from_environment() -> Any:
 
 class SecretConflict(Exception):
     """A Secret the operator wanted to write exists and belongs to something else."""
+
+
+class StatusConflict(Exception):
+    """A conditional status patch found the run changed since it was read."""
 
 
 class PodRefused(Exception):
@@ -168,6 +173,84 @@ class Cluster:
                 return None
             raise
         return answered
+
+    def patch_status_at(
+        self, namespace: str, name: str, resource_version: str, patch: Mapping[str, Any]
+    ) -> JSON | None:
+        """:meth:`patch_status` only if the run is still at ``resource_version``: raises
+        :class:`StatusConflict` if anything wrote to it since (None: the run is gone).
+
+        How a mark that must be written once (a notification's claim) is written once,
+        by one operator, however many read the same run at the same time."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"metadata": {"resourceVersion": resource_version}, "status": dict(patch)},
+                _content_type=_MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=_TIMEOUT,
+            )
+            answered: JSON = json.loads(_finish(response))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            if error.status == 409:
+                raise StatusConflict(
+                    f"{namespace}/{name} changed since {resource_version}"
+                ) from None
+            raise
+        return answered
+
+    def delete_run(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete the AgentRun if it is still the one with ``uid`` (a run made again under
+        the same name is not); False if it is gone or another. Its finalizers (the saved
+        State's, with ``onDelete: Delete``) run as for a deletion by hand."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            _finish(
+                self._custom.delete_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    name,
+                    body={"preconditions": {"uid": uid}, "propagationPolicy": "Background"},
+                    _preload_content=False,
+                    _request_timeout=_TIMEOUT,
+                )
+            )
+        except ApiException as error:
+            if error.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """One value of a Secret, decoded (None: no such Secret or key). Only a run's
+        notification reads one (its auth header, see :mod:`.notifications`); the value
+        is never logged."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._core.read_namespaced_secret(
+                name, namespace, _preload_content=False, _request_timeout=_TIMEOUT
+            )
+            secret = json.loads(_finish(response))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        encoded = (secret.get("data") or {}).get(key)
+        if not isinstance(encoded, str):
+            return None
+        return base64.b64decode(encoded).decode("utf-8", errors="replace")
 
     # ------------------------------------------------------------------ pods
     def list_pods(self, namespace: str, run_name: str) -> list[JSON]:
@@ -419,7 +502,8 @@ class Cluster:
 
     # ------------------------------------------------------------------ Events
     def post_event(self, run: Mapping[str, Any], event: RunEvent) -> None:
-        """Post a core/v1 Event about the AgentRun ``run`` (its JSON body)."""
+        """Post a core/v1 Event about the AgentRun ``run`` (its JSON body; an object of
+        another kind of ours, such as an AgentSchedule, names its own ``kind``)."""
         meta = run.get("metadata") or {}
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # core/v1 Events: seconds
         body = {
@@ -431,7 +515,7 @@ class Cluster:
             },
             "involvedObject": {
                 "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": KIND,
+                "kind": run.get("kind") or KIND,
                 "name": meta.get("name"),
                 "namespace": meta.get("namespace"),
                 "uid": meta.get("uid"),

@@ -57,6 +57,17 @@ in each namespace where AgentRuns run.
                                        ``ClusterRole/<name>``: the installation's object
                                        that owns waiting standbys, so they go with it
                                        ("" = none; the chart names its own RBAC)
+``ALPINEAGENTS_NOTIFY_ATTEMPTS``       tries of a run's end notification (spec.notify)
+                                       before it is given up (default 8)
+``ALPINEAGENTS_NOTIFY_BACKOFF_SECONDS`` wait after its first failed try, doubling up
+                                       to 300 s (default 2)
+``ALPINEAGENTS_VIEWER_URL``            the run viewer's address, linked from each
+                                       notification ("" = no link)
+``ALPINEAGENTS_TTL_SECONDS_AFTER_FINISHED`` finished AgentRuns without their own
+                                       spec.ttlSecondsAfterFinished are deleted this
+                                       long after they ended ("" = kept; see retention)
+``ALPINEAGENTS_DELETES_PER_SECOND``    the most AgentRuns retention deletes a second
+                                       (default 5: the API's other callers go first)
 =====================================  ==============================================
 """
 
@@ -146,6 +157,17 @@ class OperatorConfig:
     name in the standby's namespace) or ``ClusterRole``. The chart names its operator's
     RBAC, which ``helm uninstall`` deletes: the garbage collector then takes the
     standbys. None: standbys have no owner until they are handed a run."""
+
+    notify_attempts: int = 8
+    """Tries of a run's end notification before it is given up (:mod:`.notifications`)."""
+    notify_backoff_seconds: float = 2.0
+    """Wait after a notification's first failed try; doubled after each, up to 300 s."""
+    viewer_url: str = ""
+    """The run viewer's address for the link in notifications ("": none)."""
+    ttl_seconds_after_finished: int | None = None
+    """Default ``spec.ttlSecondsAfterFinished`` (None: finished runs are kept)."""
+    deletes_per_second: float = 5.0
+    """The most finished AgentRuns retention deletes a second (:mod:`.retention`)."""
 
     @property
     def named_namespaces(self) -> tuple[str, ...]:
@@ -268,6 +290,21 @@ class OperatorConfig:
             warm_pool=_count(text("ALPINEAGENTS_WARM_POOL", "0"), "ALPINEAGENTS_WARM_POOL"),
             warm_pool_owner=_pool_owner(text("ALPINEAGENTS_WARM_POOL_OWNER", "")),
             run_otel_env=_otel_env(text("ALPINEAGENTS_RUN_OTEL_ENV", "")),
+            notify_attempts=_positive(
+                text("ALPINEAGENTS_NOTIFY_ATTEMPTS", str(defaults.notify_attempts)),
+                "ALPINEAGENTS_NOTIFY_ATTEMPTS",
+            ),
+            notify_backoff_seconds=_seconds(
+                text("ALPINEAGENTS_NOTIFY_BACKOFF_SECONDS", str(defaults.notify_backoff_seconds)),
+                "ALPINEAGENTS_NOTIFY_BACKOFF_SECONDS",
+            ),
+            viewer_url=text("ALPINEAGENTS_VIEWER_URL", "").rstrip("/"),
+            ttl_seconds_after_finished=_ttl(text("ALPINEAGENTS_TTL_SECONDS_AFTER_FINISHED", "")),
+            deletes_per_second=_seconds(
+                text("ALPINEAGENTS_DELETES_PER_SECOND", str(defaults.deletes_per_second)),
+                "ALPINEAGENTS_DELETES_PER_SECOND",
+                positive=True,
+            ),
         )
 
 
@@ -351,4 +388,33 @@ def _prices(raw: str) -> str:
 def _count(value: str, name: str) -> int:
     if not value.isdigit():
         raise ValueError(f"{name} must be a whole number of pods (0 or more), not {value!r}")
+    return int(value)
+
+
+def _positive(value: str, name: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{name} must be a whole number, 1 or more, not {value!r}")
+    return int(value)
+
+
+def _seconds(value: str, name: str, *, positive: bool = False) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if number < 0 or (positive and number == 0) or number != number:
+        more = "more than 0" if positive else "0 or more"
+        raise ValueError(f"{name} must be a number, {more}, not {value!r}")
+    return number
+
+
+def _ttl(value: str) -> int | None:
+    """``ALPINEAGENTS_TTL_SECONDS_AFTER_FINISHED``: "" keeps finished runs."""
+    if not value:
+        return None
+    if not value.isdigit():
+        raise ValueError(
+            "ALPINEAGENTS_TTL_SECONDS_AFTER_FINISHED must be whole seconds (0 or more), or "
+            f"empty to keep finished AgentRuns, not {value!r}"
+        )
     return int(value)

@@ -174,6 +174,7 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    await running.reconciler.notifier.drain()  # a try cut short could not be sent again
     running.reconciler.close()
     running.reconciler.cluster.close()
 

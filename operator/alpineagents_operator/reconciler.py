@@ -32,10 +32,12 @@ from .decide import Decision, claim_refusal, decide, pod_refusal, refused
 from .forks import ForkFrom, copy_for_fork
 from .handover import NotHanded, Redo, hand_over, pick_standby
 from .metrics import OperatorMetrics
+from .notifier import Notifier
 from .places import Places
 from .pods import pod_manifest, spec_secret, store_url, uses_run_credentials
 from .refusals import run_refusal
 from .resumes import Resumes
+from .retention import Retention
 from .run_stores import RunStores
 from .standby_pool import StandbyPool
 from .store_policy import guarded_opener, store_refusal
@@ -146,6 +148,10 @@ class Reconciler:
         )
         """Which watch events and runs need a step, judged from :attr:`watched`."""
         self.pool = pool or StandbyPool(config, cluster)
+        self.notifier = Notifier(config, cluster, clock)
+        """Sends runs' end notifications (``spec.notify``), with tasks of its own."""
+        self.retention = Retention(config, cluster, clock)
+        """Deletes finished runs after their TTL, paced, with a task of its own."""
         """The warm pool's standbys (none unless ``config.warm_pool``)."""
         self.last_step_at = 0.0
         """Monotonic time of the last finished step (the liveness probe reports it)."""
@@ -416,6 +422,8 @@ class Reconciler:
         if self.watched is not None:
             self.watched.run_seen(view, gone=gone)
         self.places.run_seen(view, gone=gone)
+        self.notifier.run_seen(view, gone=gone)
+        self.retention.run_seen(view, gone=gone)
 
     def close(self) -> None:
         for _, handle in self._timers.values():
@@ -424,6 +432,8 @@ class Reconciler:
         for task in [*self._tasks, *self._soon_workers]:
             task.cancel()
         self.pool.close()
+        self.notifier.close()
+        self.retention.close()
 
     async def stop_run(self, namespace: str, name: str) -> int:
         """Delete a deleted run's live pods gracefully; returns how many pods still

@@ -44,7 +44,7 @@ from .resource_caps import resources_over_cap
 from .store_policy import store_refusal
 from .views import TERMINAL_PHASES, AgentRunView, Refusal
 
-__all__ = ["Refusal", "env_shape_problem", "run_refusal", "secret_names"]
+__all__ = ["Refusal", "env_shape_problem", "run_refusal", "secret_names", "secret_not_allowed"]
 
 _OPERATORS_SECRETS = re.compile(r".+-(store-credentials|[0-9]+-spec)")
 """Names of the Secrets the operator writes for runs (see ``credentials_secret_name`` and
@@ -109,8 +109,9 @@ def env_shape_problem(spec: Mapping[str, Any]) -> str | None:
 
 
 def secret_names(spec: Mapping[str, Any]) -> list[str]:
-    """Every Secret ``spec`` names for its pod: ``env[].valueFrom.secretKeyRef``,
-    ``envFrom[].secretRef`` and ``mcpServers[]`` headers' and env's ``secretKeyRef``.
+    """Every Secret ``spec`` names: ``env[].valueFrom.secretKeyRef``,
+    ``envFrom[].secretRef`` and ``mcpServers[]`` headers' and env's ``secretKeyRef`` for
+    its pod, and ``notify.authSecretRef`` for the operator's notification.
 
     Only meaningful for a spec whose shape :func:`env_shape_problem` accepts; a name of
     another type is returned as its text, so it still cannot slip past a comparison.
@@ -130,7 +131,19 @@ def secret_names(spec: Mapping[str, Any]) -> list[str]:
                 ref = _mapping(item.get("secretKeyRef"))
                 if "name" in ref:
                     names.append(ref["name"])
+    ref = _mapping(_mapping(spec.get("notify")).get("authSecretRef"))
+    if "name" in ref:
+        names.append(ref["name"])
     return [name if isinstance(name, str) else repr(name) for name in names]
+
+
+def secret_not_allowed(name: str, config: OperatorConfig) -> bool:
+    """Whether no run may name Secret ``name`` (it holds the installation's keys, or is
+    one the operator writes for runs)."""
+    protected = set(config.protected_secrets)
+    if config.per_run_credentials and config.store_secret:
+        protected.add(config.store_secret)
+    return name in protected or bool(_OPERATORS_SECRETS.fullmatch(name))
 
 
 # ------------------------------------------------------------------------------ internals
@@ -141,14 +154,14 @@ def _protected_secret_problem(run: AgentRunView, config: OperatorConfig) -> str 
     for name in secret_names(run.spec):
         if name in protected:
             return (
-                f"spec.env/envFrom/mcpServers names Secret {name!r}, which holds keys of "
+                f"spec.env/envFrom/mcpServers/notify names Secret {name!r}, which holds keys of "
                 f"the operator's installation (its store, its bundled MinIO, its model or "
                 f"encryption keys): run pods get only what the operator gives them. Remove "
                 f"the reference; put a value the run needs in a Secret of its own"
             )
         if _OPERATORS_SECRETS.fullmatch(name):
             return (
-                f"spec.env/envFrom/mcpServers names Secret {name!r}: names ending in "
+                f"spec.env/envFrom/mcpServers/notify names Secret {name!r}: names ending in "
                 f"-store-credentials or -<number>-spec are the operator's, holding a run's "
                 f"store credentials or spec. Rename your Secret (or remove the reference)"
             )
