@@ -24,7 +24,7 @@ from alpineagents import Agent, FileStore, Message, Permissions, State, tool
 from alpineagents.state import UNKNOWN_RESULT
 from alpineagents.testing import ModelServer, hold, reply, tool_use
 from tests.bench.browser import Screenshots, Viewers, write_long_run
-from tests.bench.runner_process import BLOCKING, Workspace, wait_for_file
+from tests.bench.runner_process import BLOCKING, RunnerProcess, Workspace, child_env, wait_for_file
 
 expect: Any
 try:
@@ -192,6 +192,21 @@ def test_a_crashed_and_resumed_run_shows_the_aborted_call_and_the_new_attempt(
     expect(page.locator("#detail-body")).to_contain_text(UNKNOWN_RESULT[:40])
     expect(page.locator("#detail-body")).to_contain_text('"outcome": "aborted"')
     screenshots.take(page, "ui-entry")
+
+    # "Fork from here" on the aborted result shows the command; run as shown, it forks.
+    entry = page.locator("#detail-body .entry", has_text='"outcome": "aborted"').first
+    entry.locator("details.fork summary").click()
+    command = entry.locator(".fork-command").inner_text().split()
+    assert command[:4] == ["alpineagents", "fork", "job", "--at"]
+    seq = int(command[4])
+    assert workspace.store.load("job").history[seq].outcome == "aborted"
+    forked = RunnerProcess(
+        [*command[1:], "--store", str(workspace.runs)],
+        workdir=workspace.runs.parent,
+        env=child_env(None),
+    )
+    assert forked.wait() == 0, forked.stderr
+    assert workspace.store.load(f"job-fork-{seq}").forked_from is not None
 
     # The smallest laptop screens: nothing spills sideways, and the timeline still shows.
     page.keyboard.press("Escape")

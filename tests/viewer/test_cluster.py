@@ -143,3 +143,12 @@ def test_an_approval_clicked_in_the_viewer_goes_into_the_agentrun_and_the_run_go
     expect(box).to_be_hidden()
     assert (workspace.work / "deployed").read_text() == "deployed\n"  # ran once, approved
     screenshots.take(page, "ui-approved")
+
+    # "Fork from here" on a cluster run shows the AgentRun to apply.
+    page.locator(".tl-row.call", has_text="shell").click()
+    fork = page.locator("#detail-body details.fork").first
+    fork.locator("summary").click()
+    manifest = yaml.safe_load(fork.locator(".fork-manifest").inner_text())
+    assert manifest["metadata"]["namespace"] == namespace
+    assert manifest["spec"]["forkFrom"]["run"] == name
+    assert isinstance(manifest["spec"]["forkFrom"]["entry"], int)

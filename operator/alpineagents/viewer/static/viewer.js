@@ -373,7 +373,7 @@ function showRun(id) {
     const row = rows[Number(el.dataset.order)];
     openRow = row.id;
     repaint();
-    openEntries(id, row);
+    openEntries(id, row, cluster);
   });
 
   const showHead = () => {
@@ -550,7 +550,26 @@ function closeDetail() {
 }
 document.getElementById("detail-close").addEventListener("click", closeDetail);
 
-async function openEntries(id, row) {
+// "Fork from here": what to run to fork the run at this entry. The viewer only shows it:
+// forking writes a new State, which a read-only page never does.
+function forkHint(id, seq, cluster) {
+  const laptop = `alpineagents fork ${shellWord(id)} --at ${seq}`;
+  const manifest = cluster
+    ? `apiVersion: alpineagents.dev/v1\nkind: AgentRun\nmetadata:\n  name: ${cluster.name}-fork-${seq}\n  namespace: ${cluster.namespace}\nspec:\n  model: ...            # the source's, or another\n  forkFrom: {run: ${cluster.name}, entry: ${seq}}`
+    : "";
+  return `
+    <details class="fork" data-seq="${seq}">
+      <summary>Fork from here</summary>
+      <div class="hint">A new run with entries 0 to ${seq} of this one (this run is left as it is), then:
+        <code>alpineagents run FILE.yaml --id ${esc(shellWord(id))}-fork-${seq}</code>. Add <code>--message TEXT</code> or
+        <code>--result CALL_ID=TEXT</code> to change its past, and the viewer's <code>--store</code>.</div>
+      <pre class="fork-command">${esc(laptop)}</pre>
+      ${manifest ? `<div class="hint">On Kubernetes, apply:</div><pre class="fork-manifest">${esc(manifest)}</pre>` : ""}
+    </details>`;
+}
+function shellWord(text) { return /^[\w.@%+=:,/-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`; }
+
+async function openEntries(id, row, cluster) {
   detail.hidden = false;
   document.getElementById("detail-title").textContent = `${row.kind === "call" ? "tool " : ""}${row.title}${row.seqs.length ? ` · entries ${row.seqs.join(", ")}` : ""}`;
   const body = document.getElementById("detail-body");
@@ -563,6 +582,7 @@ async function openEntries(id, row) {
         <div class="meta"><b>#${e.seq} ${esc(e.kind)}</b> · ${esc(e.time)}${e.data && e.data.outcome ? " · " + badge(e.data.outcome) : ""}</div>
         <pre>${esc(e.text)}</pre>
         <pre>${esc(JSON.stringify(e.data, null, 2))}</pre>
+        ${forkHint(id, e.seq, cluster)}
       </div>`).join("") || `<div class="hint">No saved entries.</div>`;
   } catch (error) {
     body.innerHTML = `<div class="problem">${esc(error.message)}</div>`;
