@@ -48,7 +48,7 @@ _TOKEN_TYPES = {
     "cacheReadInputTokens": "cache_read",
     "cacheCreationInputTokens": "cache_creation",
 }
-# Why pods are lost (decide.py); anything else is counted as "Other" to bound the label.
+# Why pods are lost (pod_outcomes, pod_losses); anything else counts as "Other" (bounded label).
 LOSS_REASONS = frozenset(
     {
         "Error",
