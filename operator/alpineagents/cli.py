@@ -2,7 +2,7 @@
 
 ``run [FILE.yaml]`` runs or resumes an AgentRun (in a pod: the spec comes from the file
 ``ALPINEAGENTS_SPEC_FILE`` names); ``approve ID CALL`` answers calls a run waits on; ``list``, ``show ID``, ``tail ID`` and ``delete ID`` look at
-what a store holds; ``ui`` shows it in a browser; ``pacer`` shares a key's rate limits
+what a store holds; ``prune --older-than AGE`` deletes its old States (:mod:`.pruning`); ``ui`` shows it in a browser; ``pacer`` shares a key's rate limits
 among runs (:mod:`alpineagents.pacing`). Each command is a few lines over
 :mod:`alpineagents.runner`.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -19,8 +20,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .errors import StoreUnavailableError
-from .liveness import is_running
+from .liveness import is_running, open_status
 from .pod_contract import ENV_STANDBY_ID, ExitCode
+from .pruning import ENDED, STATUSES, parse_age, parse_statuses, prunable
 from .redaction import Redactor
 from .runner import LogFormat, ProgressLog, SpecError, open_run_store, run_agent_run
 from .runner.run import error_message
@@ -137,7 +139,7 @@ def list_states(args: argparse.Namespace) -> int:
         updated = (
             info.updated_at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if info.updated_at else "-"
         )
-        status = info.stopped or _open_status(store, info.id)
+        status = info.stopped or open_status(store, info.id)
         first = (info.first_message or "").replace("\n", " ")[:60]
         print(f"{info.id:<{width}}  {updated}  {status:<20}  {info.entries:>5} entries  {first}")
     return 0
@@ -153,7 +155,7 @@ def show(args: argparse.Namespace) -> int:
         usage = info.get("usage") or {}
         print(
             f"{args.id}: {info.get('entries', len(record.entries))} entries, "
-            f"{info.get('stopped') or _open_status(store, args.id)}, "
+            f"{info.get('stopped') or open_status(store, args.id)}, "
             f"turns {info.get('turns', 0)}, "
             f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}, "
             f"cache read {usage.get('cache_read_input_tokens', 0)} / written "
@@ -202,6 +204,27 @@ def delete(args: argparse.Namespace) -> int:
     _record(store, args.id)
     _reading(store, lambda: store.delete(args.id))
     print(f"deleted {args.id} from {store!r}", file=sys.stderr)
+    return 0
+
+
+def prune(args: argparse.Namespace) -> int:
+    """``prune --older-than AGE``: delete the States last updated longer ago, the ended
+    ones unless ``--status`` names others (never one a process runs)."""
+    try:
+        age, statuses = parse_age(args.older_than), parse_statuses(args.status)
+    except ValueError as error:
+        raise CommandError(str(error), ExitCode.NOT_RETRYABLE) from None
+    store = _store(args)
+    chosen = prunable(store, _reading(store, store.list), age, statuses)
+    for state in chosen:
+        if not args.dry_run:
+            _reading(store, functools.partial(store.delete, state.id))
+        updated = (
+            state.updated_at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if state.updated_at else "-"
+        )
+        print(f"{state.id}  {updated}  {state.status}")
+    done = "would delete" if args.dry_run else "deleted"
+    print(f"{done} {len(chosen)} State(s) from {store!r}", file=sys.stderr)
     return 0
 
 
@@ -312,6 +335,27 @@ def command_parser() -> argparse.ArgumentParser:
     command.set_defaults(command=delete)
 
     command = commands.add_parser(
+        "prune", parents=[common], help="delete saved States older than an age"
+    )
+    command.add_argument(
+        "--older-than",
+        required=True,
+        metavar="AGE",
+        help="States last updated longer ago than AGE: 30d, 12h, 1d12h, 90m, 2w",
+    )
+    command.add_argument(
+        "--status",
+        action="append",
+        metavar="STATUS",
+        help=f"only States with this status (repeat it, or separate with commas): "
+        f"{', '.join(STATUSES)}; default: {', '.join(ENDED)}",
+    )
+    command.add_argument(
+        "--dry-run", action="store_true", help="list the States it would delete; delete none"
+    )
+    command.set_defaults(command=prune)
+
+    command = commands.add_parser(
         "fork", parents=[common], help="a new State from a saved one's first entries"
     )
     command.add_argument("id", metavar="ID", help="the State to fork (left as it is)")
@@ -404,13 +448,6 @@ def _record(store: Store, state_id: str) -> Record:
             f"no saved State {state_id!r} in {store!r} (alpineagents list shows the saved ones)"
         )
     return record
-
-
-def _open_status(store: Store, state_id: str) -> str:
-    """A State without a stop: ``running`` while a process holds its run lock, ``lost``
-    when the process that ran it is gone (killed), ``open`` when the store cannot tell."""
-    running = is_running(store, state_id)
-    return "open" if running is None else ("running" if running else "lost")
 
 
 def _entries(store: Store, state_id: str, record: Record) -> list[Entry]:

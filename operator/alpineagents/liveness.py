@@ -21,7 +21,7 @@ from pathlib import Path
 from .store.base import Store, encode_id
 from .store.file import FileStore
 
-__all__ = ["RunningElsewhere", "holding_run", "is_running"]
+__all__ = ["RunningElsewhere", "holding_run", "is_running", "open_status"]
 
 
 class RunningElsewhere(Exception):
@@ -71,6 +71,14 @@ def holding_run(store: Store, state_id: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # drops the lock
+
+
+def open_status(store: Store, state_id: str) -> str:
+    """The status of a State without a stop: ``running`` while a process holds its run
+    lock, ``lost`` when the process that ran it is gone (killed), ``open`` when the store
+    cannot tell."""
+    running = is_running(store, state_id)
+    return "open" if running is None else ("running" if running else "lost")
 
 
 def is_running(store: Store, state_id: str) -> bool | None:
