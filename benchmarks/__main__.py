@@ -1,24 +1,28 @@
-"""Run every benchmark and rewrite ``benchmarks/RESULTS.md``.
+"""Run the benchmarks and rewrite ``benchmarks/RESULTS.md`` and its section pages.
 
 From the repository root, with the ``bench`` extra installed (``pip install -e .[bench]``)::
 
-    python -m benchmarks                 # everything, 5 repeats, rewrites RESULTS.md
-    python -m benchmarks --repeats 3
-    python -m benchmarks --only floors,cli --out /tmp/partial.md
-    python -m benchmarks --quick --out /tmp/quick.md   # small sizes: checks the harness
+    python -m benchmarks                       # every section, rewrites RESULTS.md
+    python -m benchmarks failover drain        # these sections; the others keep their figures
+    python -m benchmarks --quick               # every section at its smallest size
+    python -m benchmarks floors --out /tmp/b   # RESULTS.md and the records under /tmp/b
 
-MinIO comes from the test bench (``python -m tests.bench.testbin minio``), PostgreSQL from
-the distribution (``apt-get install postgresql``); a benchmark whose server is missing is
-listed as not measured. Sections ``resume`` (the bench's real node: root, and run the
-whole command under ``flock /tmp/real-node.lock``, one real node per machine) and
-``operator`` (the bench's etcd + kube-apiserver) start a cluster of their own. A correctness check that fails (what a load gives back is not what
-was saved) stops the run with an error.
+Each section's run writes its record (``results/sections/NAME.json``: its rows, verdicts
+computed from the figures, and the command, commit, date and machine) and its page
+(``results/sections/NAME.md``); ``RESULTS.md`` is then written from every section's last
+record. A section whose servers are missing this time keeps its last record and is listed
+as not run. MinIO comes from the test bench (``python -m tests.bench.testbin minio``),
+PostgreSQL from the distribution; the sections on the bench's real node (``resume``,
+``drain``, ``rolling-upgrade``, ``warm-pool``, ``warm-pool-burst``) need root, and run the
+whole command under ``flock /tmp/alpineagents-realnode.lock``. A correctness check that
+fails (what a load gives back is not what was saved) stops the run with an error.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import tempfile
@@ -29,9 +33,10 @@ from pathlib import Path
 
 from . import REPO
 from .measure import load_average, machine, versions
+from .record import Provenance, SectionRecord, commit, load, render, save
 from .results_page import Page
-from .sections import SECTIONS, not_measured
-from .sizes import Sizes
+from .sections import SECTIONS
+from .sizes import ORDER, SECTION_ROWS, Sizes
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
 
@@ -40,41 +45,54 @@ RESULTS = REPO / "benchmarks" / "RESULTS.md"
 class Options:
     repeats: int
     sizes: Sizes
-    only: list[str]
+    sections: list[str]
     out: Path
+    command: str
 
 
 def parse(argv: list[str]) -> Options:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--repeats", type=int, default=5, help="repeats of each figure (5)")
     parser.add_argument(
-        "--only", default="", help=f"comma-separated sections to run: {', '.join(SECTIONS)}"
+        "sections", nargs="*", metavar="SECTION", help=f"sections to run: {', '.join(SECTIONS)}"
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes, to check the harness")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the page")
+    parser.add_argument("--repeats", type=int, help="repeats of each figure (5; with --quick, 1)")
+    parser.add_argument("--quick", action="store_true", help="every section at its smallest size")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS.parent,
+        help="the folder of RESULTS.md and its results/sections/ (benchmarks/)",
+    )
     args = parser.parse_args(argv)
-    only = [name for name in args.only.split(",") if name]
-    unknown = [name for name in only if name not in SECTIONS]
+    unknown = [name for name in args.sections if name not in SECTIONS]
     if unknown:
         parser.error(f"unknown sections {unknown}; there are {', '.join(SECTIONS)}")
-    if (only or args.quick) and args.out == RESULTS:
-        parser.error("--only and --quick write a partial page: give --out elsewhere")
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 5
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    return Options(args.repeats, Sizes.quick() if args.quick else Sizes(), only, args.out)
+    command = " ".join(["python -m benchmarks", *argv])
+    return Options(
+        args.repeats,
+        Sizes.quick() if args.quick else Sizes(),
+        args.sections or list(SECTIONS),
+        args.out,
+        command.replace(str(args.out), "OUT") if args.out != RESULTS.parent else command,
+    )
 
 
 @contextlib.contextmanager
-def optional_postgres(page: Page) -> Iterator[str | None]:
+def optional_postgres() -> Iterator[str | None]:
+    """PostgreSQL for LangGraph's PostgresSaver, or None (its rows say not measured)."""
     from .postgres_server import PostgresUnavailable, postgres
 
     try:
         with postgres() as url:
             yield url
     except PostgresUnavailable as error:
-        page.not_measured.append(f"LangGraph's PostgresSaver: {error}")
+        print(f"[benchmarks] no PostgreSQL: {error}", file=sys.stderr)
         yield None
 
 
@@ -82,43 +100,50 @@ def stop(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # so the servers started here are stopped on the way out
 
 
+def run_section(name: str, work: Path, options: Options, postgres_url: str | None) -> None:
+    """Run one section and save its record (unless it measured nothing and an older
+    record exists: a section whose servers are missing keeps its last figures)."""
+    page = Page()
+    began, load_before = time.time(), load_average()
+    SECTIONS[name](page, work, options.repeats, options.sizes, postgres_url)
+    provenance = Provenance(
+        command=options.command,
+        commit=commit(),
+        began=began,
+        minutes=(time.time() - began) / 60,
+        cpus=os.cpu_count() or 0,
+        machine=f"{machine()}; {versions()}",
+        load_start=load_before,
+        load_end=load_average(),
+    )
+    fresh = SectionRecord.of(name, provenance, page)
+    last = load(options.out, name)
+    if not fresh.measured_anything and last is not None and last.measured_anything:
+        print(
+            f"[benchmarks] {name} measured nothing ({'; '.join(page.not_measured)}): "
+            f"its record of {last.provenance.date} stays",
+            file=sys.stderr,
+        )
+        return
+    save(fresh, options.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, stop)
-    page = Page()
-    began, load_before = time.time(), load_average()
-    wanted = options.only or list(SECTIONS)
     with tempfile.TemporaryDirectory(prefix="alpineagents-bench-") as folder:
         work = Path(folder)
-        with optional_postgres(page) as postgres_url:
-            for name in wanted:
+        postgres = optional_postgres() if "langgraph" in options.sections else None
+        with postgres or contextlib.nullcontext(None) as postgres_url:
+            for name in options.sections:
                 print(f"[benchmarks] {name}", file=sys.stderr, flush=True)
                 section_dir = work / name
                 section_dir.mkdir()
-                SECTIONS[name](page, section_dir, options.repeats, options.sizes, postgres_url)
-    not_measured(page)
-    took = time.time() - began
-    page.header = [
-        "# Benchmark results",
-        "",
-        f"Written by `python -m benchmarks` on {time.strftime('%Y-%m-%d', time.gmtime(began))} "
-        f"in {took / 60:.0f} min, {options.repeats} repeats: every figure is the median over "
-        "the repeats, with the lowest and highest in brackets. Ratios are taken within one "
-        "repeat (ours and the floor or LangGraph measured side by side, interleaved), then "
-        "summarised.",
-        "",
-        f"Machine: {machine()}. Load average {load_before} at the start, {load_average()} "
-        "at the end: the machine is shared, so absolute times are noisy; the ratios are what "
-        "to read.",
-        "",
-        f"Versions: {versions()}.",
-        "",
-        "Conversation: each step is an assistant message calling a tool with a ~300-byte "
-        "input and the tool's ~300-byte result; the model answers instantly "
-        "(`benchmarks/conversation.py`, `benchmarks/langgraph_peer.py`).",
-    ]
-    options.out.write_text(page.render(), encoding="utf-8")
-    print(f"[benchmarks] wrote {options.out}", file=sys.stderr)
+                run_section(name, section_dir, options, postgres_url)
+    records = {name: load(options.out, name) for name in SECTIONS}
+    page = render(records, SECTION_ROWS, ORDER, options.sections)
+    (options.out / RESULTS.name).write_text(page, encoding="utf-8")
+    print(f"[benchmarks] wrote {options.out / RESULTS.name}", file=sys.stderr)
     return 0
 
 

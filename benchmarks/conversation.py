@@ -66,12 +66,36 @@ class _Reply:
         return self._body
 
 
-class _Messages:
+class _RawReply:
+    """What ``messages.with_raw_response.create`` returns: the reply and its headers."""
+
+    headers: dict[str, str] = {}
+
+    def __init__(self, reply: _Reply) -> None:
+        self._reply = reply
+
+    async def parse(self) -> _Reply:
+        return self._reply
+
+
+class _RawMessages:
     def __init__(self, model: InstantModel) -> None:
         self._model = model
 
-    async def create(self, **request: Any) -> _Reply:
-        return self._model.reply(request)
+    async def create(self, **request: Any) -> _RawReply:
+        return _RawReply(self._model.reply(request))
+
+
+class _Messages(anthropic.resources.AsyncMessages):
+    """The async client's messages, answered at once: an AsyncMessages, so the Agent takes
+    the path it takes with ``AsyncAnthropic`` (awaited on its loop, no thread)."""
+
+    def __init__(self, model: InstantModel) -> None:  # no HTTP client behind it
+        self._model = model
+
+    @property
+    def with_raw_response(self) -> Any:  # the SDK's is a cached_property
+        return _RawMessages(self._model)
 
 
 @dataclass
@@ -116,7 +140,7 @@ class InstantModel:
     def client(self) -> anthropic.AsyncAnthropic:
         """An ``anthropic.AsyncAnthropic`` whose ``messages`` is this instant model."""
         client = anthropic.AsyncAnthropic(api_key="benchmark", max_retries=0)
-        client.messages = _Messages(self)  # type: ignore[assignment,misc]  # a cached_property
+        client.messages = _Messages(self)  # type: ignore[misc]  # a cached_property
         return client
 
     def step_seconds(self) -> list[float]:

@@ -12,7 +12,7 @@ of the first resumed request's prompt was read from the cache.
 
 It writes ``benchmarks/results/long_runs.md`` and the plot ``docs/long-runs-billing.png``
 (``--out`` and ``--plot`` to write elsewhere; ``--quick`` for small sizes). ``python -m
-benchmarks --only long-runs`` puts the same section in a results page.
+benchmarks long-runs`` puts the same section in a results page.
 """
 
 from __future__ import annotations
@@ -436,7 +436,9 @@ def section(page: Page, work: Path, sizes: LongRunSizes) -> None:
     if sizes.plot is not None:
         plot(figures, sizes.plot)
         picture = os.path.relpath(sizes.plot, REPO / "benchmarks")
-    page.rows.update(targets(figures))
+    for key, row in targets(figures).items():
+        row.samples = "one run per setting (the billing is deterministic)"
+        page.rows[key] = row
     page.sections.append(section_lines(figures, picture))
     page.peer_wins.extend(peer_notes(figures))
 

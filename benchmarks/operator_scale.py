@@ -490,6 +490,12 @@ def _wait_resumed(port: int, runs: int) -> None:
 # --------------------------------------------------------------------------- the page
 
 
+GOAL = (
+    "every new run gets its pod and every lost pod is replaced (issue 14 asks for the "
+    "figures, with no threshold)"
+)
+
+
 def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | None) -> None:
     """The operator with ``sizes.operator_runs`` AgentRuns (one pass: minutes per pass)."""
     from .measure import percentile
@@ -504,7 +510,7 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
     try:
         scale = measure(work, n)
     except PlaneUnavailable as error:
-        page.rows["operator-scale"] = Row(what, "-", "measured", None)
+        page.rows["operator-scale"] = Row(what, "-", GOAL, None)
         page.not_measured.append(f"Operator scale: {error}")
         return
     burst, steady, restart = scale.burst, scale.steady, scale.restart
@@ -518,8 +524,9 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
         f"{burst.total / n:.1f} per new run; idle resync "
         f"{steady.total / steady.seconds:.0f} requests/s; {scale.lost} pods lost at once: "
         f"replaced in p50 {percentile(gone, 0.5):.2f} s, p95 {percentile(gone, 0.95):.2f} s",
-        "measured",
-        True,
+        GOAL,
+        len(lat) == n and len(gone) == scale.lost,
+        f"1 pass: {len(lat):,} new runs, {len(gone)} losses",
     )
 
     def line(label: str, phase: Phase) -> list[str]:

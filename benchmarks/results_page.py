@@ -1,4 +1,4 @@
-"""``benchmarks/RESULTS.md``: each target of issue 14 marked met or not, then the details."""
+"""A section's findings: its target rows, each judged by code, and its detail tables."""
 
 from __future__ import annotations
 
@@ -7,53 +7,51 @@ from typing import Any
 
 from .measure import Spread
 
+LATENCY_SAMPLES = 20
+"""A latency goal (a p50 or p95) is judged over at least this many samples."""
+
 
 @dataclass
 class Row:
-    """One line of the targets table."""
+    """One line of the targets table: the figures, the goal, and the verdict, computed.
+
+    ``met`` is what the section's code found comparing its figures with the goal (None: not
+    measured). ``samples`` says what the figures are over (``"20 trials"``, ``"3 of 5
+    passes"``); ``judged_over`` is the count a latency goal is judged over, and the verdict
+    of one judged over fewer than :data:`LATENCY_SAMPLES` is "too few samples", whatever
+    the figures. ``setting`` names a setting that differs from the chart's and why.
+    """
 
     what: str
     measured: str
     goal: str
     met: bool | None  # None: not measured
+    samples: str = ""
+    judged_over: int | None = None
+    setting: str = ""
 
     @property
     def verdict(self) -> str:
-        return "not measured" if self.met is None else ("**met**" if self.met else "not met")
+        if self.met is None:
+            return "not measured"
+        if self.judged_over is not None and self.judged_over < LATENCY_SAMPLES:
+            return f"too few samples ({self.judged_over} of {LATENCY_SAMPLES})"
+        return "**met**" if self.met else "not met"
+
+    @property
+    def counts_as_met(self) -> bool:
+        return self.verdict == "**met**"
 
 
 @dataclass
 class Page:
-    """Everything one run of the harness found, rendered as Markdown."""
+    """What one section found: its target rows (by key), its detail sections, notes."""
 
-    header: list[str] = field(default_factory=list)
-    rows: dict[str, Row] = field(default_factory=dict)  # by key, shown in ``order``
-    order: list[str] = field(default_factory=list)
+    rows: dict[str, Row] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # kept for the sections that set it
     sections: list[list[str]] = field(default_factory=list)
     peer_wins: list[str] = field(default_factory=list)
     not_measured: list[str] = field(default_factory=list)
-
-    def render(self) -> str:
-        rows = [self.rows[key] for key in self.order if key in self.rows]
-        lines = [*self.header, "", "## Targets", ""]
-        lines += ["| what | measured | goal | |", "|---|---|---|---|"]
-        lines += [f"| {r.what} | {r.measured} | {r.goal} | {r.verdict} |" for r in rows]
-        met = sum(1 for r in rows if r.met)
-        measured = sum(1 for r in rows if r.met is not None)
-        lines += [
-            "",
-            f"{met} of {measured} measured targets met; {len(rows) - measured} not measured.",
-            "",
-        ]
-        if self.peer_wins:
-            lines += ["## Where LangGraph wins or the comparison flatters us", ""]
-            lines += [f"- {text}" for text in self.peer_wins] + [""]
-        if self.not_measured:
-            lines += ["## Not measured", ""]
-            lines += [f"- {text}" for text in self.not_measured] + [""]
-        for section in self.sections:
-            lines += [*section, ""]
-        return "\n".join(lines).rstrip() + "\n"
 
 
 def table(head: list[str], rows: list[list[Any]]) -> list[str]:

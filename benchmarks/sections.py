@@ -16,6 +16,7 @@ from . import (
     drain,
     failover,
     long_runs,
+    more_sections,
     operator_runs,
     operator_scale,
     resume_latency,
@@ -42,6 +43,7 @@ def langgraph(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str 
         fewer(f.ratio_bytes["SqliteSaver"]),
         "keep (at least 600x fewer)",
         f.ratio_bytes["SqliteSaver"].median >= 600,
+        samples="1 run (bytes do not vary)",
     )
     delta = "SqliteSaver + DeltaChannel"
     page.rows["bytes-delta"] = Row(
@@ -49,6 +51,7 @@ def langgraph(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str 
         fewer(f.ratio_bytes[delta]),
         "keep (at least 9x fewer)",
         f.ratio_bytes[delta].median >= 9,
+        samples=f"{repeats} repeats",
     )
     faster = f.ratio_save[delta].median > 1
     page.rows["step-save"] = Row(
@@ -56,6 +59,7 @@ def langgraph(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str 
         f"theirs {ratio(f.ratio_save[delta])} ours",
         "ours faster (above 1x)",
         faster,
+        samples=f"{repeats} repeats of {n} steps",
     )
     rows = [["ours: FileStore", kb(f.ours_bytes), "1x", ms(f.ours_save_ms, 3), "1x"]]
     for name in f.peer_bytes:
@@ -103,6 +107,7 @@ def floors(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | N
         ratio(f["ratio"]),
         "at most 1.5x",
         f["ratio"].median <= 1.5,
+        samples=f"{repeats} repeats of {store_floors.SAVES_PER_REPEAT} saves",
     )
     page.sections.append(
         [
@@ -138,7 +143,7 @@ def minio(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | No
             ("minio-save", "MinioStore save vs one raw PUT"),
             ("minio-slowest", "MinioStore: the slowest single save vs the median"),
         ):
-            page.rows[key] = Row(what, "-", "", None)
+            page.rows[key] = Row(what, "-", "at most 1.5x / 3x", None)
         page.not_measured.append(f"MinioStore rows: {error}")
         return
     page.rows["minio-save"] = Row(
@@ -146,6 +151,7 @@ def minio(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | No
         ratio(put["ratio"]),
         "at most 1.5x",
         put["ratio"].median <= 1.5,
+        samples=f"{repeats} repeats",
     )
     n = f"{sizes.slowest:,}"
     page.rows["minio-slowest"] = Row(
@@ -156,6 +162,7 @@ def minio(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | No
         f"(raw PUT {ratio(slow['put_ratio'], 1)})",
         "at most 3x (judged by position: see the MinioStore section)",
         systematic["ratio"] <= 3,
+        samples=f"{repeats} repeats of {n} steps",
     )
     page.sections.append(
         [
@@ -202,6 +209,7 @@ def loads(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | No
         ", ".join(f"{ratio(f.ratio[(name, s)])} at {s:,}" for s in sizes.loads),
         "ours faster at every length (above 1x)",
         faster,
+        samples=f"{repeats} repeats of 3 loads",
     )
     rows = []
     for size in sizes.loads:
@@ -270,8 +278,8 @@ def start_up(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str |
     store = work / "runs"
     for n in range(sizes.cli_states):
         FileStore(store).save(run_ours(f"cli-{n:02d}", 100, None).state)
-    cli = startup.cli_start(store, "cli-00", repeats)
-    first = startup.first_saves(work, repeats)
+    cli = startup.cli_start(store, "cli-00", sizes.cli_runs)
+    first = startup.first_saves(work, sizes.cli_runs)
     page.order = ORDER
     worst = max(cli["list cpu"].median, cli["show cpu"].median)
     page.rows["cli"] = Row(
@@ -281,12 +289,16 @@ def start_up(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str |
         "under 0.5 s (judged on CPU time, which is the wall time of an idle machine: "
         "start-up runs on one thread from the page cache)",
         worst < 0.5,
+        samples=f"{sizes.cli_runs} runs of each",
+        judged_over=sizes.cli_runs,
     )
     page.rows["first-save"] = Row(
         "resumed run: its first save after the process starts",
         f"CPU {first['resumed run cpu'].text(' s')}; wall {first['resumed run'].median:.2f} s",
         "under 0.5 s (judged on CPU time, as above)",
         first["resumed run cpu"].median < 0.5,
+        samples=f"{sizes.cli_runs} runs",
+        judged_over=sizes.cli_runs,
     )
     floor = cli["python -c pass"]
     floor_cpu = cli["python -c pass cpu"]
@@ -327,7 +339,7 @@ def start_up(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str |
                 ],
             ),
             "",
-            "Each command run once per repeat after a warm-up, FileStore, the scripted model "
+            f"Each command run {sizes.cli_runs} times after a warm-up, FileStore, the scripted model "
             "server for `run` (the killed run was waiting for the model; its resume closes "
             "that request with an entry and saves it first).",
         ]
@@ -347,6 +359,8 @@ def agent(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | No
         ),
         "at most 2 ms at any length",
         met,
+        samples=f"{repeats} runs; the last tenth of the steps before each length",
+        judged_over=repeats * min(max(10, n // 10) for n in sizes.cost),
     )
     rows = [
         [
@@ -392,44 +406,6 @@ def long_run_bills(
     long_runs.section(page, work, sizes.long_runs)
 
 
-def not_measured(page: Page) -> None:
-    """Targets whose section did not run (the real node and the operator need root and
-    the bench's cluster binaries; they run with ``--only resume,operator``)."""
-    page.order = ORDER
-    missing = []
-    if "resume-latency" not in page.rows:
-        missing.append("resume")
-        page.rows["resume-latency"] = Row(
-            "real node: a pod's loss → the resumed run's first saved entry (1 loss, 30 at once)",
-            "-",
-            "p95 under 2 s for the operator's part",
-            None,
-        )
-    if "resume-whole" not in page.rows:
-        page.rows["resume-whole"] = Row(
-            "real node: delete issued → the resumed run's first saved entry, p50 of 1 loss / "
-            "p95 of 30 graceful stops at once",
-            "-",
-            "p50 under 2 s / p95 under 15 s (issue 26, without a warm pool)",
-            None,
-        )
-    if "operator-scale" not in page.rows:
-        missing.append("operator")
-        page.rows["operator-scale"] = Row(
-            "operator with 1,000 AgentRuns: RSS, time until every new run has its pod, "
-            "apiserver requests per reconcile",
-            "-",
-            "measured",
-            None,
-        )
-    if missing:
-        page.not_measured.append(
-            f"Sections {', '.join(missing)} did not run in this pass; they need root and the "
-            "bench's cluster binaries (`python -m benchmarks --only resume,operator`, under "
-            "`flock /tmp/real-node.lock`)."
-        )
-
-
 SECTIONS: dict[str, Section] = {
     "langgraph": langgraph,
     "floors": floors,
@@ -443,4 +419,5 @@ SECTIONS: dict[str, Section] = {
     "long-runs": long_run_bills,
     "failover": failover.section,
     "drain": drain.section,
+    **more_sections.SECTIONS,
 }

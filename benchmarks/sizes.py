@@ -36,7 +36,32 @@ ORDER = [
     "long-resume",
     "failover",
     "drain",
+    "rolling-upgrade",
+    "warm-pool",
+    "warm-pool-burst",
+    "burst-leadership",
+    "tracing",
 ]
+
+SECTION_ROWS = {
+    "langgraph": ["bytes-sqlite", "bytes-delta", "step-save"],
+    "floors": ["file-save"],
+    "minio": ["minio-save", "minio-slowest"],
+    "loads": ["load"],
+    "startup": ["cli", "first-save"],
+    "agent": ["agent-cost"],
+    "resume": ["resume-latency", "resume-whole", "resume-stop-record"],
+    "operator": ["operator-scale"],
+    "operator-runs": ["operator-runs", "operator-runs-live"],
+    "long-runs": ["long-cache", "long-flat", "long-window", "long-largest", "long-resume"],
+    "failover": ["failover"],
+    "drain": ["drain"],
+    "rolling-upgrade": ["rolling-upgrade"],
+    "warm-pool": ["warm-pool"],
+    "warm-pool-burst": ["warm-pool-burst", "burst-leadership"],
+    "tracing": ["tracing"],
+}
+"""The rows each section writes, by the section's name (``python -m benchmarks NAME``)."""
 
 
 @dataclass
@@ -74,6 +99,7 @@ class Sizes:
     cost: list[int] = field(default_factory=lambda: [100, 1_000, 3_000])
     slowest: int = 3_000  # MinioStore's slowest save
     cli_states: int = 20
+    cli_runs: int = 20  # runs of each command started, a latency goal's samples
     resume_singles: int = 10  # rounds of one pod lost on the real node
     resume_burst: int = 30  # pods lost at once
     resume_bursts: int = 1  # rounds of a burst
@@ -82,20 +108,43 @@ class Sizes:
     """Running AgentRuns the operator starts with and idles over (benchmarks.operator_runs)."""
     operator_live: list[int] = field(default_factory=lambda: [100, 1_000, 3_000, 10_000])
     """AgentRuns created while the operator runs, up to each size in turn (the same)."""
+    operator_losses: int = 20  # one lost pod at a time, at each size
+    operator_idle: float = 0.0  # seconds of idle measured; 0: three resync periods
     long_runs: LongRunSizes = field(default_factory=LongRunSizes)
+    failover_trials: int = 20  # leaders SIGKILLed, and as many SIGTERMed
+    failover_runs: int = 20  # AgentRuns around, each new leader resumes them all
+    drain_runs: int = 20
+    upgrade_runs: int = 20
+    warm_pool_rounds: int = 20  # one loss with the pool, one without, per round
+    burst_size: int = 30  # graceful stops at once, with a warm pool of as many
+    burst_passes: int = 20  # bursts, each on a fresh node: every pass counts
+    tracing_rounds: int = 7
+    tracing_turns: int = 40
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(
-            steps=100,
-            loads=[50, 200],
-            cost=[50, 200],
-            slowest=200,
+            steps=50,
+            loads=[20, 100],
+            cost=[20, 100],
+            slowest=100,
             cli_states=3,
+            cli_runs=3,
             resume_singles=2,
             resume_burst=3,
             operator_runs=50,
             operator_steady=[20, 100],
             operator_live=[20, 100],
+            operator_losses=2,
+            operator_idle=5.0,
             long_runs=LongRunSizes.quick(),
+            failover_trials=1,
+            failover_runs=3,
+            drain_runs=2,
+            upgrade_runs=2,
+            warm_pool_rounds=2,
+            burst_size=3,
+            burst_passes=1,
+            tracing_rounds=2,
+            tracing_turns=5,
         )

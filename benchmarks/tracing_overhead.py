@@ -88,30 +88,28 @@ def start_collector(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.1)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--turns", type=int, default=40)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    figures: dict[str, dict[str, list[float]]] = {
-        mode: {"wall": [], "cpu": []} for mode in ("off", "on")
-    }
-    load = os.getloadavg()
+Figures = dict[str, dict[str, list[float]]]
+"""Seconds per step, by mode (``off``, ``on``) and kind (``wall``, ``cpu``), one per round."""
+
+
+def measure(rounds: int, turns: int) -> tuple[Figures, int]:
+    """``rounds`` rounds of a run off and a run on, ``turns`` steps each; and the spans the
+    collector received."""
+    figures: Figures = {mode: {"wall": [], "cpu": []} for mode in ("off", "on")}
     with tempfile.TemporaryDirectory() as scratch, ModelServer() as server:
         workdir = Path(scratch)
         collector, endpoint = start_collector(workdir)
         os.environ.update(server.env)
         try:
             one_run(server, workdir / "warm", "warm-up", 5)  # imports, first connections
-            for round_ in range(args.rounds):
+            for round_ in range(rounds):
                 for mode in ("off", "on") if round_ % 2 == 0 else ("on", "off"):
                     if mode == "on":
                         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
                     else:
                         os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
                         tracing.disable()
-                    wall, cpu = one_run(server, workdir / mode, f"{mode}-{round_}", args.turns)
+                    wall, cpu = one_run(server, workdir / mode, f"{mode}-{round_}", turns)
                     figures[mode]["wall"].append(wall)
                     figures[mode]["cpu"].append(cpu)
             tracing.disable()  # sends the last batch
@@ -119,10 +117,27 @@ def main() -> None:
             collector.terminate()
             collector.wait(30)
         spans = (workdir / "traces.jsonl").read_text().count('"spanId"')
+    return figures, spans
+
+
+def overhead(figures: Figures, kind: str) -> tuple[float, float]:
+    """Milliseconds per step off and on, medians over the rounds."""
+    off = statistics.median(figures["off"][kind]) * 1000
+    on = statistics.median(figures["on"][kind]) * 1000
+    return off, on
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    load = os.getloadavg()
+    figures, spans = measure(args.rounds, args.turns)
     rows = []
     for kind in ("wall", "cpu"):
-        off = statistics.median(figures["off"][kind]) * 1000
-        on = statistics.median(figures["on"][kind]) * 1000
+        off, on = overhead(figures, kind)
         rows.append(f"| {kind} | {off:.2f} | {on:.2f} | {on - off:+.2f} | {on / off - 1:+.1%} |")
     text = "\n".join(
         [

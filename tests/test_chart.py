@@ -99,6 +99,17 @@ CASES: dict[str, Callable[[list[str]], Values]] = {
         "anthropic": {"apiKey": "sk-ant-example"},
         "runs": {"warmPool": 2},
     },
+    "notify-and-retain": lambda ns: {
+        "anthropic": {"apiKey": "sk-ant-example"},
+        "notifications": {"enabled": True, "viewerUrl": "https://runs.example.com"},
+        "retention": {"enabled": True, "ttlSecondsAfterFinished": 86400},
+        "networkPolicy": {
+            "operator": {
+                "restrictEgress": True,
+                "apiServerTo": [{"ipBlock": {"cidr": "10.96.0.1/32"}}],
+            }
+        },
+    },
     "own-service-account-no-rbac": lambda ns: {
         "serviceAccount": {"create": False, "name": "alpineagents"},
         "rbac": {"create": False},
@@ -456,6 +467,49 @@ def test_cluster_wide_rbac_adds_only_what_kopf_needs_to_follow_the_cluster(helm:
     assert _operator_settings(objects)["ALPINEAGENTS_NAMESPACES"] == ""
 
 
+def test_notifications_and_retention_are_off_by_default_and_add_only_their_permissions(
+    helm: Helm,
+) -> None:
+    default = helm.template({})
+    _leader_role(default)
+    assert _rules(default, "Role") == _OPERATOR_NEEDS
+    off = _operator_settings(default)
+    assert (off["ALPINEAGENTS_NOTIFICATIONS"], off["ALPINEAGENTS_RETENTION"]) == ("false", "false")
+    assert off["ALPINEAGENTS_TTL_SECONDS_AFTER_FINISHED"] == ""
+    assert not [
+        p for p in _kinds(default)["NetworkPolicy"] if p["metadata"]["name"].endswith("-operator")
+    ]
+
+    objects = helm.template(CASES["notify-and-retain"](_namespaces()))
+    _leader_role(objects)
+    assert _rules(objects, "Role") == _OPERATOR_NEEDS | {
+        ("", "secrets", "get"),
+        ("alpineagents.dev", "agentruns", "delete"),
+    }
+    on = _operator_settings(objects)
+    assert (on["ALPINEAGENTS_NOTIFICATIONS"], on["ALPINEAGENTS_RETENTION"]) == ("true", "true")
+    assert on["ALPINEAGENTS_TTL_SECONDS_AFTER_FINISHED"] == "86400"
+    assert on["ALPINEAGENTS_VIEWER_URL"] == "https://runs.example.com"
+    # The operator sends notifications; agent pods' egress stays DNS, model, store, limiter.
+    (operator_policy,) = [
+        p for p in _kinds(objects)["NetworkPolicy"] if p["metadata"]["name"].endswith("-operator")
+    ]
+    spec = operator_policy["spec"]
+    assert spec["policyTypes"] == ["Egress"]
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    dns, api, store, pacer, endpoints = spec["egress"]
+    assert _egress_ports(dns) == [(53, "UDP"), (53, "TCP")]
+    assert pacer["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "pacer"
+    assert api["to"] == [{"ipBlock": {"cidr": "10.96.0.1/32"}}]
+    assert _egress_ports(api) == [(443, "TCP"), (6443, "TCP")]
+    assert store["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "minio"
+    assert _egress_ports(endpoints) == [(443, "TCP"), (80, "TCP")]
+    assert endpoints["to"][0]["ipBlock"]["cidr"] == "0.0.0.0/0"
+    assert "169.254.0.0/16" in endpoints["to"][0]["ipBlock"]["except"]
+    for run_policy in _run_pod_policies(objects).values():
+        assert len(run_policy["egress"]) == 4  # DNS, model, store, limiter: no endpoint
+
+
 def _rules_on_rbac(role: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in role["rules"] if r["apiGroups"] == ["rbac.authorization.k8s.io"]]
 
@@ -747,6 +801,11 @@ def test_the_installed_viewer_may_read_agentruns_and_answer_only_when_allowed(
             {"serviceAccount": {"create": False}},
             "serviceAccount.name is required when serviceAccount.create is false",
         ),
+        (
+            {"networkPolicy": {"operator": {"restrictEgress": True}}},
+            "networkPolicy.operator.restrictEgress needs networkPolicy.operator.apiServerTo",
+        ),
+        ({"retention": {"deletesPerSecond": 0}}, "at '/retention/deletesPerSecond'"),
     ],
 )
 def test_bad_values_are_refused_with_a_message_naming_the_value(

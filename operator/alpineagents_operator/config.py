@@ -57,12 +57,16 @@ in each namespace where AgentRuns run.
                                        ``ClusterRole/<name>``: the installation's object
                                        that owns waiting standbys, so they go with it
                                        ("" = none; the chart names its own RBAC)
+``ALPINEAGENTS_NOTIFICATIONS``        ``false``: spec.notify is refused (marked Failed;
+                                       the chart's ``notifications.enabled``)
 ``ALPINEAGENTS_NOTIFY_ATTEMPTS``       tries of a run's end notification (spec.notify)
                                        before it is given up (default 8)
 ``ALPINEAGENTS_NOTIFY_BACKOFF_SECONDS`` wait after its first failed try, doubling up
                                        to 300 s (default 2)
 ``ALPINEAGENTS_VIEWER_URL``            the run viewer's address, linked from each
                                        notification ("" = no link)
+``ALPINEAGENTS_RETENTION``            ``false``: no AgentRun is deleted after its TTL
+                                       (the chart's ``retention.enabled``)
 ``ALPINEAGENTS_TTL_SECONDS_AFTER_FINISHED`` finished AgentRuns without their own
                                        spec.ttlSecondsAfterFinished are deleted this
                                        long after they ended ("" = kept; see retention)
@@ -120,6 +124,9 @@ class OperatorConfig:
     namespace_caps: bool = False
     """Read each namespace's own cap from its annotation ``alpineagents.dev/max-running``
     (``admission.namespaceAnnotations``; needs get on Namespaces)."""
+    kueue: bool = False
+    """Runs labelled ``kueue.x-k8s.io/queue-name`` are admitted by Kueue, where the
+    cluster serves its Workload API (``admission.kueue.enabled``; :mod:`.kueue_admission`)."""
     pod_command: tuple[str, ...] = DEFAULT_POD_COMMAND
     service_account: str = ""
     resync_seconds: float = 30.0
@@ -158,6 +165,11 @@ class OperatorConfig:
     RBAC, which ``helm uninstall`` deletes: the garbage collector then takes the
     standbys. None: standbys have no owner until they are handed a run."""
 
+    notifications: bool = True
+    """Whether runs' ``spec.notify`` is sent (the chart grants reading Secrets only then)."""
+    retention: bool = True
+    """Whether finished runs are deleted after their TTL (the chart grants deleting
+    AgentRuns only then)."""
     notify_attempts: int = 8
     """Tries of a run's end notification before it is given up (:mod:`.notifications`)."""
     notify_backoff_seconds: float = 2.0
@@ -269,6 +281,7 @@ class OperatorConfig:
                 "ALPINEAGENTS_MAX_RUNNING_PER_NAMESPACE",
             ),
             namespace_caps=text("ALPINEAGENTS_NAMESPACE_CAPS", "").lower() in ("1", "true"),
+            kueue=text("ALPINEAGENTS_KUEUE", "").lower() in ("1", "true"),
             pod_command=command,
             service_account=text("ALPINEAGENTS_SERVICE_ACCOUNT", defaults.service_account),
             resync_seconds=float(text("ALPINEAGENTS_RESYNC_SECONDS", str(defaults.resync_seconds))),
@@ -290,6 +303,10 @@ class OperatorConfig:
             warm_pool=_count(text("ALPINEAGENTS_WARM_POOL", "0"), "ALPINEAGENTS_WARM_POOL"),
             warm_pool_owner=_pool_owner(text("ALPINEAGENTS_WARM_POOL_OWNER", "")),
             run_otel_env=_otel_env(text("ALPINEAGENTS_RUN_OTEL_ENV", "")),
+            notifications=_switch(
+                text("ALPINEAGENTS_NOTIFICATIONS", "true"), "ALPINEAGENTS_NOTIFICATIONS"
+            ),
+            retention=_switch(text("ALPINEAGENTS_RETENTION", "true"), "ALPINEAGENTS_RETENTION"),
             notify_attempts=_positive(
                 text("ALPINEAGENTS_NOTIFY_ATTEMPTS", str(defaults.notify_attempts)),
                 "ALPINEAGENTS_NOTIFY_ATTEMPTS",
@@ -389,6 +406,12 @@ def _count(value: str, name: str) -> int:
     if not value.isdigit():
         raise ValueError(f"{name} must be a whole number of pods (0 or more), not {value!r}")
     return int(value)
+
+
+def _switch(value: str, name: str) -> bool:
+    if value.lower() not in ("true", "false", "1", "0"):
+        raise ValueError(f"{name} must be true or false, not {value!r}")
+    return value.lower() in ("true", "1")
 
 
 def _positive(value: str, name: str) -> int:

@@ -192,6 +192,10 @@ class Notifier:
     ) -> None:
         target = NotifyTarget.of(run)
         assert target is not None
+        if not self._config.notifications:
+            off = "notifications are off in this installation (the chart's notifications.enabled)"
+            await self._settle(body, resource_version, wanted, notifications.FAILED, off)
+            return
         secret, problem = await self._secret(run, target)
         if problem is not None:
             await self._settle(body, resource_version, wanted, notifications.FAILED, problem)

@@ -56,6 +56,7 @@ class Retention:
     def __init__(
         self, config: OperatorConfig, cluster: Cluster, clock: Callable[[], datetime]
     ) -> None:
+        self._enabled = config.retention
         self._default = config.ttl_seconds_after_finished
         self._pause = 1.0 / config.deletes_per_second
         self._cluster = cluster
@@ -73,7 +74,7 @@ class Retention:
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
-        when = None if gone else expires_at(run, self._default)
+        when = None if gone or not self._enabled else expires_at(run, self._default)
         if when is None:
             return
         wait = (when - self._clock()).total_seconds()

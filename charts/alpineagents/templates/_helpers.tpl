@@ -312,7 +312,12 @@ Role/{{ $name }}
 {{- define "alpineagents.rbac.rules" -}}
 - apiGroups: ["alpineagents.dev"]
   resources: ["agentruns"]
+  {{- if .Values.retention.enabled }}
+  # delete: a finished run past its ttlSecondsAfterFinished (retention.enabled).
+  verbs: ["get", "list", "watch", "patch", "delete"]
+  {{- else }}
   verbs: ["get", "list", "watch", "patch"]
+  {{- end }}
 - apiGroups: ["alpineagents.dev"]
   resources: ["agentruns/status"]
   verbs: ["patch"]
@@ -328,8 +333,8 @@ Role/{{ $name }}
   resources: ["events"]
   verbs: ["create"]
 # Each pod's spec and (runCredentials=sts) each run's short-lived store credentials, in
-# Secrets the run owns: written, never read (no get/list/watch: the operator cannot read
-# any Secret), never deleted (they go with their AgentRun).
+# Secrets the run owns: written, never read (no get/list/watch: without notifications the
+# operator cannot read any Secret), never deleted (they go with their AgentRun).
 - apiGroups: [""]
   resources: ["secrets"]
   {{- if gt (int .Values.runs.warmPool) 0 }}
@@ -338,6 +343,13 @@ Role/{{ $name }}
   {{- else }}
   verbs: ["create", "patch"]
   {{- end }}
+{{- if .Values.notifications.enabled }}
+# get: the auth header's value a run's spec.notify names (notifications.enabled). Never
+# list or watch; the Secrets of the installation are refused by name.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
 {{- end -}}
 
 {{/* The viewer's permissions (see viewer.yaml): read AgentRuns; patch them to answer. */}}
