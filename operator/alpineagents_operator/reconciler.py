@@ -6,9 +6,10 @@ run is dropped (the queued one reads everything afresh when it starts), and afte
 step that changed something the next step follows at once, so "pod lost" →
 "Interrupted" → (zero backoff) → "replacement created" happens within one call; that
 next step starts from what the one before read and was answered (the saved State, the
-run as its status patch returned it, the pods) instead of reading them again. Nothing
-here is the truth about a run: that is the AgentRun's status and the store. What this
-class keeps in memory (locks, timers, when a loss was seen, each pod's last view) only
+run as its status patch returned it, the pods) instead of reading them again. What a
+step decided is carried out by :class:`~.actions.Actions`. Nothing here is the truth
+about a run: that is the AgentRun's status and the store. What this class keeps in
+memory (locks, timers, each pod's last view; when a loss was seen, in its Actions) only
 makes it faster.
 """
 
@@ -18,23 +19,22 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from alpineagents import Store, open_store
 
 from . import saved_state
-from .cluster import CALL_THREADS, Cluster, PodRefused, failure_text
+from .actions import Actions
+from .cluster import CALL_THREADS, Cluster, failure_text
 from .config import OperatorConfig
 from .credential_issuer import RunCredentialIssuer
-from .decide import Decision, claim_refusal, decide, pod_refusal, refused
-from .forks import ForkFrom, copy_for_fork
-from .handover import NotHanded, Redo, hand_over, pick_standby
+from .decide import Decision, decide, refused
 from .metrics import OperatorMetrics
 from .notifier import Notifier
 from .places import Places
-from .pods import pod_manifest, spec_secret, store_url, uses_run_credentials
+from .pods import store_url
 from .refusals import run_refusal
 from .resumes import Resumes
 from .retention import Retention
@@ -46,8 +46,6 @@ from .views import (
     JSON,
     AgentRunView,
     PodView,
-    Refusal,
-    RunEvent,
     SavedView,
     labels_pods,
 )
@@ -74,10 +72,6 @@ class _Seen:
     saved: SavedView | None = None
     body: JSON | None = None
     pods: list[JSON] | None = None
-
-
-async def _nothing() -> None:
-    return None
 
 
 def _utc_now() -> datetime:
@@ -119,17 +113,12 @@ class Reconciler:
         self._soon_failures: dict[RunKey, int] = {}
         self._timers: dict[RunKey, tuple[float, asyncio.TimerHandle]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._claim_failures: dict[RunKey, int] = {}
         self._resync_errors: dict[RunKey, str] = {}
         """The last error each run's resync step logged (so it is logged once)."""
-        self._posting: dict[RunKey, list[asyncio.Task[None]]] = {}
-        """Events being posted for a run's running reconcile call."""
         self._pod_views: dict[str, PodView] = {}
         """Each pod's view at its last watch event, by uid (see :meth:`pod_changed`)."""
         self._runless_before: set[RunKey] = set()
         """Runs with pods but no AgentRun in the views at the last resync round."""
-        self._due_at: dict[RunKey, float] = {}
-        """Monotonic time a replacement pod became due (for the resume-latency metric)."""
         self.credentials = RunCredentialIssuer(
             config, cluster, clock=clock, open_store=self.stores.store
         )
@@ -148,11 +137,22 @@ class Reconciler:
         )
         """Which watch events and runs need a step, judged from :attr:`watched`."""
         self.pool = pool or StandbyPool(config, cluster)
+        """The warm pool's standbys (none unless ``config.warm_pool``)."""
+        self.actions = Actions(
+            config,
+            cluster,
+            self.metrics,
+            self.stores,
+            self.credentials,
+            self.pool,
+            self.requeue,
+            clock=clock,
+        )
+        """Carries out the decisions (see :mod:`.actions`)."""
         self.notifier = Notifier(config, cluster, clock)
         """Sends runs' end notifications (``spec.notify``), with tasks of its own."""
         self.retention = Retention(config, cluster, clock)
         """Deletes finished runs after their TTL, paced, with a task of its own."""
-        """The warm pool's standbys (none unless ``config.warm_pool``)."""
         self.last_step_at = 0.0
         """Monotonic time of the last finished step (the liveness probe reports it)."""
         self.resumes: Resumes | None = None
@@ -194,9 +194,7 @@ class Reconciler:
                 self.requeue(namespace, name, 1.0)
         finally:
             try:
-                posting = self._posting.pop(key, [])
-                if posting:
-                    await asyncio.gather(*posting)
+                await self.actions.posted(key)
             finally:
                 lock.release()
                 if key not in self._queued:  # nobody waits for it (waiters are queued)
@@ -477,8 +475,7 @@ class Reconciler:
             await self.stop_run(namespace, name)
             self.places.gone((namespace, name))
             self.metrics.record_phase(namespace, name, None)
-            self._due_at.pop((namespace, name), None)
-            self._claim_failures.pop((namespace, name), None)
+            self.actions.forget((namespace, name))
             return None, _Seen()
         run = AgentRunView.from_body(body)
         refusal = run_refusal(run, self.config)
@@ -488,7 +485,7 @@ class Reconciler:
                 "%s/%s: refused (%s): %s", namespace, name, refusal.reason, refusal.message
             )
             decision = refused(run, run.status.attempt + 1, refusal, self._clock())
-            applied, answered = await self._apply(run, body, decision)
+            applied, answered = await self.actions.apply(run, body, decision)
             return applied, _Seen(body=answered)
         raw_pods = seen.pods
         if raw_pods is None:
@@ -497,7 +494,7 @@ class Reconciler:
                 raw_pods = await asyncio.to_thread(self.cluster.list_pods, namespace, name)
         pods = [PodView.from_pod(p) for p in raw_pods]
         saved = seen.saved
-        await self.places.refresh(run.namespace)
+        await self.places.refresh(run)
         verdict = self.places.verdict(run)
         decision = decide(run, pods, None, self._clock(), verdict)
         if decision.needs_saved:
@@ -508,7 +505,7 @@ class Reconciler:
         decision = self.places.take(
             run, decision, lambda given: decide(run, pods, saved, self._clock(), given)
         )
-        applied, answered = await self._apply(
+        applied, answered = await self.actions.apply(
             run, body, decision, lambda after: decide(run, pods, after, self._clock(), verdict)
         )
         self.places.applied(run, applied)
@@ -518,214 +515,3 @@ class Reconciler:
         if applied.create_pod is not None or applied.delete_pods:
             return applied, _Seen()  # the pods changed, and a new one may write: read afresh
         return applied, _Seen(saved=saved, body=answered, pods=raw_pods)
-
-    async def _apply(
-        self,
-        run: AgentRunView,
-        body: JSON,
-        decision: Decision,
-        redecide: Callable[[SavedView], Decision] | None = None,
-        *,
-        pool: bool = True,
-    ) -> tuple[Decision, JSON | None]:
-        """Carry out a decision; returns the one carried out (another one if the API
-        server refused the pod it asked for, or if the State changed before its claim),
-        and the run as the API server answered its status patch (None: no patch).
-
-        ``redecide`` makes the decision again from another read of the saved State: the
-        one after the claim of a decision that claims it."""
-        key = (run.namespace, run.name)
-        if decision.note and decision.acts:
-            _log.info("%s/%s: %s", run.namespace, run.name, decision.note)
-        for pod_name in decision.delete_pods:
-            await asyncio.to_thread(self.cluster.delete_pod, run.namespace, pod_name)
-        if decision.create_pod == 1 and ForkFrom.of(run) and "forkedFrom" not in run.status.raw:
-            forked = await self._fork(run)
-            if isinstance(forked, Refusal):
-                return await self._apply(run, body, refused(run, 1, forked, self._clock()))
-            decision = replace(decision, status={**decision.status, "forkedFrom": forked})
-        if decision.create_pod is not None:
-            standby = await pick_standby(self.pool, run, decision, self.config) if pool else None
-            if standby is not None:
-                handed = await hand_over(
-                    run,
-                    decision,
-                    standby,
-                    pool=self.pool,
-                    credentials=self.credentials,
-                    fence=lambda: self.stores.fence(run),
-                    after_claim=(
-                        (lambda: self._decide_after_claim(run, redecide)) if redecide else None
-                    ),
-                    claim_counted=lambda now, fenced: self._claim_counted(run, now, fenced),
-                )
-                if isinstance(handed, Redo):
-                    return await self._apply(run, body, replace(handed.decision, claim_state=False))
-                if isinstance(handed, NotHanded):
-                    if handed.refusal is None:  # taken or gone since: a pod of its own
-                        return await self._apply(
-                            run, body, replace(decision, claim_state=False), pool=False
-                        )
-                    _log.warning("%s/%s: %s", *key, handed.refusal.message)
-                    step = refused(run, decision.create_pod, handed.refusal, self._clock())
-                    return await self._apply(run, body, step)
-                decision = handed.decision
-                self.pool.keep_soon(run.namespace)  # a new standby behind it
-                self._replaced(key)
-            else:
-                applied = await self._create_pod(run, body, decision, redecide)
-                if isinstance(applied, tuple):
-                    return applied
-                decision = applied
-        answered = None
-        if decision.status:
-            answered = await asyncio.to_thread(
-                self.cluster.patch_status, run.namespace, run.name, decision.status
-            )
-        if decision.events:
-            # Posted while the next step goes on; the call waits for them before it ends.
-            task = asyncio.create_task(self._post_events(body, decision.events))
-            self._posting.setdefault(key, []).append(task)
-        if decision.lost_reason is not None:
-            self.metrics.record_loss(decision.lost_reason, key)
-            self._due_at[key] = time.monotonic() + (decision.requeue_after or 0.0)
-        phase = decision.status.get("phase", run.status.phase)
-        self.metrics.record_phase(run.namespace, run.name, str(phase) if phase else None)
-        self.metrics.record_run(*key, run.spec, {**run.status.raw, **decision.status})
-        if decision.requeue_after is not None and decision.requeue_after > 0:
-            self.requeue(run.namespace, run.name, decision.requeue_after)
-        return decision, answered
-
-    async def _fork(self, run: AgentRunView) -> JSON | Refusal:
-        """Copy the entries ``spec.forkFrom`` names into the run's State (see :mod:`.forks`)."""
-        wanted = ForkFrom.of(run)
-        assert wanted is not None
-        body = await asyncio.to_thread(self.cluster.get_run, run.namespace, wanted.run)
-        source = AgentRunView.from_body(body) if body is not None else None
-        store = self.stores.store(store_url(run, self.config))
-        return await asyncio.to_thread(copy_for_fork, run, source, store, self.config)
-
-    async def _create_pod(
-        self,
-        run: AgentRunView,
-        body: JSON,
-        decision: Decision,
-        redecide: Callable[[SavedView], Decision] | None,
-    ) -> Decision | tuple[Decision, JSON | None]:
-        """Create the decision's pod (its claim, credentials and spec Secret first);
-        returns the decision carried out, or what :meth:`_apply` returned for another."""
-        key = (run.namespace, run.name)
-        assert decision.create_pod is not None
-        if uses_run_credentials(run, self.config):
-            await self.stores.make_bucket_exist(run)
-        # Independent calls to the store and the API server, at once: after a pod's
-        # loss they are most of the time until its replacement exists.
-        fenced, blocked, secret_refused = await asyncio.gather(
-            self.stores.fence(run) if decision.claim_state else _nothing(),
-            self.credentials.before_pod(run, body, decision.create_pod),
-            self._write_spec_secret(run, decision.create_pod),
-        )
-        if decision.claim_state and fenced is None and redecide is not None:
-            again = await self._decide_after_claim(run, redecide)
-            if again is not None and again.create_pod != decision.create_pod:
-                # The lost pod saved its answer (or a stop) before it was fenced.
-                return await self._apply(run, body, replace(again, claim_state=False))
-            decision = again or decision
-        assert decision.create_pod is not None
-        manifest = pod_manifest(run, decision.create_pod, self.config)
-        not_started = await self._not_started(
-            run, decision, manifest, fenced, blocked, secret_refused
-        )
-        if isinstance(not_started, Refusal):
-            _log.warning("%s/%s: %s", *key, not_started.message)
-            step = refused(run, decision.create_pod, not_started, self._clock())
-            return await self._apply(run, body, step)
-        created = not_started
-        if not created:
-            _log.info(
-                "%s/%s: pod %s exists already: adopting it",
-                *key,
-                manifest["metadata"]["name"],
-            )
-        due = self._due_at.pop(key, None)
-        if due is not None and decision.create_pod > 1:
-            self.metrics.resume_latency.observe(max(0.0, time.monotonic() - due))
-        self.metrics.record_replaced(key)
-        return decision
-
-    def _replaced(self, key: RunKey) -> None:
-        """A run's replacement pod exists (the resume-latency clock stops)."""
-        due = self._due_at.pop(key, None)
-        if due is not None:
-            self.metrics.resume_latency.observe(max(0.0, time.monotonic() - due))
-        self.metrics.record_replaced(key)
-
-    async def _decide_after_claim(
-        self, run: AgentRunView, redecide: Callable[[SavedView], Decision]
-    ) -> Decision | None:
-        """The decision made again from the State as the claim fenced it (None: it could
-        not be read; the first decision stands).
-
-        A lost pod still running may save between the operator's read and its claim (a
-        call's result that read saw open): what was read then would name that call in
-        ``status.abortedCalls`` though its result is saved. Nobody writes after the claim,
-        so this read is what the next pod loads.
-        """
-        after = await self.stores.read_saved(run)
-        if after.error is not None:
-            return None
-        return redecide(after)
-
-    async def _not_started(
-        self,
-        run: AgentRunView,
-        decision: Decision,
-        manifest: JSON,
-        fenced: str | None,
-        blocked: str | None,
-        refusal: PodRefused | None,
-    ) -> bool | Refusal:
-        """Create the decision's pod unless its State could not be claimed, its
-        credentials minted or its spec Secret written; returns why it was not started,
-        else whether the pod was created (False: it existed already)."""
-        attempt = decision.create_pod
-        assert attempt is not None
-        failed_claim = self._claim_counted(run, decision, fenced)
-        if failed_claim is not None:
-            return failed_claim
-        if blocked is not None:
-            return Refusal("CredentialsUnavailable", blocked, final=False)
-        if refusal is None:
-            try:
-                created: bool = await asyncio.to_thread(self.cluster.create_pod, manifest)
-                return created
-            except PodRefused as error:
-                refusal = error
-        return pod_refusal(run, attempt, refusal.status, refusal.message)
-
-    def _claim_counted(
-        self, run: AgentRunView, decision: Decision, fenced: str | None
-    ) -> Refusal | None:
-        """The refusal of a failed claim (``fenced``: why), its backoff growing with each
-        failure in a row of the run's; None: claimed (the count starts again), or no claim."""
-        key = (run.namespace, run.name)
-        if fenced is not None:
-            assert decision.create_pod is not None
-            failures = self._claim_failures[key] = self._claim_failures.get(key, 0) + 1
-            return claim_refusal(run, decision.create_pod, fenced, failures)
-        if decision.claim_state:
-            self._claim_failures.pop(key, None)
-        return None
-
-    async def _post_events(self, body: JSON, events: Sequence[RunEvent]) -> None:
-        for event in events:
-            await asyncio.to_thread(self.cluster.post_event, body, event)
-
-    async def _write_spec_secret(self, run: AgentRunView, attempt: int) -> PodRefused | None:
-        """Write the Secret the pod reads its spec from; returns the API server's refusal
-        of it (the pod is then refused too)."""
-        try:
-            await asyncio.to_thread(self.cluster.apply_pod_secret, spec_secret(run, attempt))
-        except PodRefused as refusal:
-            return refusal
-        return None
