@@ -6,6 +6,7 @@ From the repository root, with the ``bench`` extra installed (``pip install -e .
     python -m benchmarks failover drain        # these sections; the others keep their figures
     python -m benchmarks --quick               # every section at its smallest size
     python -m benchmarks floors --out /tmp/b   # RESULTS.md and the records under /tmp/b
+    python -m benchmarks --page-only           # RESULTS.md from the records, nothing run
 
 Each section's run writes its record (``results/sections/NAME.json``: its rows, verdicts
 computed from the figures, and the command, commit, date and machine) and its page
@@ -60,6 +61,11 @@ def parse(argv: list[str]) -> Options:
     parser.add_argument("--repeats", type=int, help="repeats of each figure (5; with --quick, 1)")
     parser.add_argument("--quick", action="store_true", help="every section at its smallest size")
     parser.add_argument(
+        "--page-only",
+        action="store_true",
+        help="run nothing: write RESULTS.md from the sections' records as they are",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=RESULTS.parent,
@@ -74,10 +80,12 @@ def parse(argv: list[str]) -> Options:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     command = " ".join(["python -m benchmarks", *argv])
+    if args.page_only and args.sections:
+        parser.error("--page-only runs no section: name none")
     return Options(
         args.repeats,
         Sizes.quick() if args.quick else Sizes(),
-        args.sections or list(SECTIONS),
+        [] if args.page_only else args.sections or list(SECTIONS),
         args.out,
         command.replace(str(args.out), "OUT") if args.out != RESULTS.parent else command,
     )
