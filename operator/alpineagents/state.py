@@ -4,84 +4,69 @@ The history is an event log. Everything else on a State (``messages``, ``answer`
 pending tool calls, ``stopped``) is derived from it by ``State._replay``, the one
 function that applies an entry, whether the entry was just made by a live run or was
 read back from a store. That is why a State loaded twice from the same save is the
-same State.
+same State. The replay and the views it keeps are :mod:`alpineagents.replay`; what an
+entry is, :mod:`alpineagents.history`; both are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import threading
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple, Protocol, cast, get_args
+from typing import Any, NamedTuple, Protocol
 
 from . import collection
 from .errors import StateFormatError
+from .history import (
+    MODEL_STOPPED,
+    UNKNOWN_RESULT,
+    Entry,
+    EntryKind,
+    Outcome,
+    StopReason,
+    ToolCall,
+    ToolList,
+    aborted_text,
+    cleared_text,
+    cut_text,
+    error_text,
+)
 from .messages import Message, excerpt
-from .usage import USAGE_KEYS
-from .usage import prompt_tokens as _prompt_tokens
+from .replay import HistoryViews
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MODEL_STOPPED",
+    "READABLE_FORMATS",
+    "SEALED",
+    "UNKNOWN_RESULT",
+    "ActiveRun",
+    "Entry",
+    "EntryKind",
+    "ForkPoint",
+    "Outcome",
+    "Record",
+    "SaveCursor",
+    "State",
+    "StopReason",
+    "ToolCall",
+    "ToolList",
+    "aborted_text",
+    "check_format",
+    "check_id",
+    "cleared_text",
+    "cut_text",
+    "error_text",
+]
 
 FORMAT_VERSION = 5
 READABLE_FORMATS = (4, 5)
 SEALED = "sealed"
 """The field holding the ciphertext of an entry or info saved through an EncryptedStore
 (:mod:`alpineagents.store.encrypted`); a State whose info has it is read through one."""
-
-EntryKind = Literal[
-    "message",
-    "waiting",
-    "joined",
-    "model_request",
-    "model_reply",
-    "model_error",
-    "tool_result",
-    "permission",
-    "approval_request",
-    "started",
-    "compaction",
-    "cleared",
-    "stop",
-    "tools",
-]
-"""What an entry records (see the README's "History entries and formats")."""
-_KINDS: dict[str, EntryKind] = {kind: kind for kind in get_args(EntryKind)}  # one str each
-Outcome = Literal["ok", "error", "refused", "aborted"]
-"""How a tool call ended (``Entry.outcome`` of a ``tool_result``)."""
-StopReason = Literal[
-    "answered", "max_turns", "waiting_for_approval", "budget_exceeded", "interrupted", "error"
-]
-"""Why a run stopped (``State.stopped``)."""
-
-# The closing texts of the spec: what a loaded State says about a turn a killed process left open.
-UNKNOWN_RESULT = (
-    "(unknown: the run stopped before this result was saved, so the tool may or may not "
-    "have run. Check whether it took effect before running it again.)"
-)
-MODEL_STOPPED = "(process stopped while waiting for the model)"
-
-
-def cleared_text(seq: int) -> str:
-    """What a request carries instead of a result cleared to keep the context small."""
-    return f"(cleared to keep the context small: entry {seq} of the run's history)"
-
-
-def cut_text(content: Any, keep: int, seq: int) -> str:
-    """What a request carries instead of a result too large for the window: its first
-    ``keep`` characters of text, and where the whole of it is."""
-    if isinstance(content, str):
-        text = content
-    else:
-        text = "\n".join(
-            str(block.get("text", "")) for block in content if block.get("type") == "text"
-        )
-    return (
-        f"{text[:keep]}\n\n(cut to fit the context window: this result is {len(text):,} "
-        f"characters; all of it is entry {seq} of the run's history)"
-    )
 
 
 def check_id(state_id: object) -> str:
@@ -105,80 +90,6 @@ def check_id(state_id: object) -> str:
         f"State id {state_id!r} {problem}: use printable text, such as letters, digits, "
         f"'-', '_' and '.'"
     )
-
-
-def aborted_text(reason: BaseException) -> str:
-    return f"(aborted: {type(reason).__name__})"
-
-
-def error_text(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
-
-
-@dataclass
-class Entry:
-    """One step of a State's history.
-
-    ``seq`` is its position in ``history``; ``kind`` says what happened; ``text`` is a short
-    human-readable line; ``data`` is the JSON payload replay works from. ``error`` is the
-    live exception of a failed step, and ``None`` once the entry was loaded from a store
-    (``text`` still holds the exception's type and message).
-    """
-
-    seq: int
-    kind: EntryKind
-    time: datetime
-    text: str
-    data: dict[str, Any] = field(default_factory=dict)
-    error: BaseException | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def outcome(self) -> Outcome | None:
-        """For a ``tool_result``: ``"ok"``, ``"error"``, ``"refused"`` or ``"aborted"``."""
-        value: Outcome | None = self.data.get("outcome")
-        return value if self.kind == "tool_result" else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "kind": self.kind,
-            "time": self.time.isoformat(),
-            "text": self.text,
-            "data": self.data,
-        }
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Entry:
-        data = raw.get("data")
-        if type(data) is not dict:  # a dict is taken as it is: to_dict hands out its own too
-            data = dict(data or {})
-        # A kind this version does not know is kept as it is; replay passes over it.
-        name = str(raw["kind"])
-        kind: Any = _KINDS.get(name, name)
-        time = datetime.fromisoformat(raw["time"])
-        return cls(int(raw["seq"]), kind, time, str(raw.get("text", "")), data)
-
-
-@dataclass(frozen=True)
-class ToolList:
-    """The tools a tool source (an MCP server) listed, as a State's history recorded them.
-
-    ``started`` are the ones the run uses: what the source listed when the run first used
-    it. ``latest`` is what it listed when a run last found its list changed (the same as
-    ``started`` until then). Each tool is ``{"name", "description", "input_schema"}``.
-    """
-
-    started: list[dict[str, Any]]
-    latest: list[dict[str, Any]]
-
-
-@dataclass
-class ToolCall:
-    """A tool call the model asked for, as seen by permission policies and tools."""
-
-    id: str
-    name: str
-    input: dict[str, Any]
 
 
 class ForkPoint(NamedTuple):
@@ -216,7 +127,7 @@ class SaveCursor(Protocol):
         ...
 
 
-class State:
+class State(HistoryViews):
     """A conversation and its history, saved to a store as it runs.
 
     ``State(id, messages=[...])`` starts a new one; ``store.load(id)`` continues a saved
@@ -233,25 +144,12 @@ class State:
         *,
         parent_id: str | None = None,
     ) -> None:
+        super().__init__()
         self.id = check_id(id)
         self.parent_id = parent_id
         self.forked_from: ForkPoint | None = None
         """The State and entry this one was forked from (``alpineagents.fork``), or None."""
         self.history: list[Entry] = []
-        self.messages: list[Message] = []
-        self.stopped: StopReason | None = None
-        self.turns = 0
-        self.usage: dict[str, int] = dict.fromkeys(USAGE_KEYS, 0)
-        self.cost_usd = 0.0
-        """The estimated cost of every reply so far (each reply's is saved with it)."""
-        self.prompt_tokens = 0
-        """The size in tokens of the last request the model answered (its whole prompt)."""
-        self.tokens_per_char = 0.0
-        """Tokens per character of request JSON, as the last reply measured it (0: not yet)."""
-        self.context_edits = 0
-        """How many ``cleared`` and ``compaction`` entries changed ``messages`` in place."""
-        self.tool_lists: dict[str, ToolList] = {}
-        """What each toolset (an MCP server) listed, from the history's ``tools`` entries."""
         self.loaded_entries = 0
         """How many entries of ``history`` came from the record it was loaded from (the
         entries after them were added since: first those closing a turn a stopped
@@ -260,21 +158,6 @@ class State:
         """The Agent's hold on this State while it runs; ``None`` between runs."""
         self.save_cursor: SaveCursor | None = None
         """The saving store's bookkeeping; ``None`` until a store saved or loaded it."""
-        # Derived bookkeeping of the open turn.
-        self._calls: dict[str, ToolCall] = {}
-        self._results: dict[str, Entry] = {}
-        self._asked: set[str] = set()
-        self._answered: dict[str, bool] = {}
-        # Calls a person answered whose runs mark when they take them (``started``
-        # entries), and the calls they took: an answered call not taken never ran.
-        self._marked: set[str] = set()
-        self._started: set[str] = set()
-        self._request_open = False
-        self._request_chars = 0
-        self._result_seqs: dict[str, int] = {}
-        self._cleared_through = -1
-        self._uncleared = 0  # the first message that may hold a result not cleared yet
-        self._waiting: list[tuple[int, Message]] = []
         self._lock = threading.RLock()
         for message in messages:
             self.add("message", _message_text(message), {"message": message.to_dict()})
@@ -313,30 +196,6 @@ class State:
 
     # ----------------------------------------------------------------- derived views
     @property
-    def answer(self) -> str | None:
-        """The model's final reply, or ``None`` while the run has more to do."""
-        if self.messages and self.messages[-1].role == "assistant":
-            last = self.messages[-1]
-            if not last.tool_uses:
-                return last.text
-        return None
-
-    @property
-    def pending_calls(self) -> list[ToolCall]:
-        """Tool calls of the open turn that have no result yet, in the model's order."""
-        return [c for c in self._calls.values() if c.id not in self._results]
-
-    @property
-    def awaiting_approval(self) -> list[ToolCall]:
-        """Calls a person was asked about and has not answered."""
-        return [c for c in self.pending_calls if c.id in self._asked and c.id not in self._answered]
-
-    @property
-    def waiting(self) -> list[Message]:
-        """Messages sent while a turn was open, that join ``messages`` when it closes."""
-        return [m for _, m in self._waiting]
-
-    @property
     def first_message(self) -> str | None:
         for entry in self.history:
             if entry.kind in ("message", "waiting"):
@@ -348,9 +207,6 @@ class State:
         """How many entries of ``history`` its store has; later ones are not saved yet."""
         cursor = self.save_cursor
         return cursor.entries if cursor is not None else 0
-
-    def approval(self, call_id: str) -> bool | None:
-        return self._answered.get(call_id)
 
     # ----------------------------------------------------------------- sending
     def send(self, message: Message | str) -> Entry:
@@ -394,8 +250,8 @@ class State:
     def approve(self, call_id: str, allow: bool, *, note: str = "") -> Entry:
         """Record a person's answer to a permission ask; the next run acts on it."""
         with self._lock:
-            call = self._calls.get(call_id)
-            if call is None or call_id in self._results:
+            call = next((c for c in self.pending_calls if c.id == call_id), None)
+            if call is None:
                 open_ids = ", ".join(c.id for c in self.pending_calls) or "none"
                 raise ValueError(
                     f"State {self.id!r} has no open tool call {call_id!r} (open calls: {open_ids})"
@@ -419,16 +275,6 @@ class State:
         """Record that a run takes a call a person answered, before it runs it."""
         return self.add("started", f"started: {call.name}", {"call_id": call.id})
 
-    def _never_started(self, call_id: str) -> bool:
-        """True for a call that certainly did not run: waiting for a person, or answered
-        by one and not taken by a run since. Histories from before ``started`` entries
-        say nothing of this, so their answered calls may have run."""
-        if call_id not in self._asked:
-            return False
-        return call_id not in self._answered or (
-            call_id in self._marked and call_id not in self._started
-        )
-
     # ----------------------------------------------------------------- the event log
     def add(
         self,
@@ -447,152 +293,6 @@ class State:
             self.history.append(entry)
             self._replay(entry)
             return entry
-
-    def _replay(self, entry: Entry) -> None:
-        """Apply one entry to the derived views. The only place that derives them."""
-        kind, data = entry.kind, entry.data
-        if kind != "stop":
-            self.stopped = None
-        if kind == "message":
-            self.messages.append(Message.from_dict(data["message"]))
-        elif kind == "waiting":
-            self._waiting.append((entry.seq, Message.from_dict(data["message"])))
-        elif kind == "joined":
-            for index, (seq, message) in enumerate(self._waiting):
-                if seq == data["waiting_seq"]:
-                    del self._waiting[index]
-                    self.messages.append(message)
-                    break
-        elif kind == "model_request":
-            self._request_open = True
-            self._request_chars = int(data.get("prompt_chars", 0))
-        elif kind == "model_error":
-            self._request_open = False
-        elif kind == "model_reply":
-            self._request_open = False
-            self.turns += 1
-            usage = data.get("usage", {})
-            for key in USAGE_KEYS:
-                self.usage[key] += int(usage.get(key, 0))
-            self.cost_usd += float(data.get("cost_usd", 0.0))
-            self.prompt_tokens = _prompt_tokens(usage)
-            if self._request_chars and self.prompt_tokens:
-                self.tokens_per_char = self.prompt_tokens / self._request_chars
-            reply = Message.from_dict(data["message"])
-            self.messages.append(reply)
-            self._calls = {
-                b["id"]: ToolCall(b["id"], b["name"], dict(b.get("input") or {}))
-                for b in reply.tool_uses
-            }
-            self._results, self._asked, self._answered = {}, set(), {}
-            self._marked, self._started = set(), set()
-        elif kind == "approval_request":
-            self._asked.add(data["call_id"])
-        elif kind == "permission":
-            if data.get("by") == "person":
-                self._answered[data["call_id"]] = bool(data["allow"])
-                if data.get("marks_start"):
-                    self._marked.add(data["call_id"])
-        elif kind == "started":
-            self._started.add(data["call_id"])
-        elif kind == "tool_result":
-            self._results[data["call_id"]] = entry
-            self._result_seqs[data["call_id"]] = entry.seq
-            if self._calls and all(call_id in self._results for call_id in self._calls):
-                self.messages.append(Message.user(self._result_blocks()))
-                self._calls = {}
-        elif kind == "compaction":
-            summary = Message.user(f"Summary of the earlier conversation:\n{data['summary']}")
-            # The summary's own request counts, like a reply's (older entries have none).
-            for key, value in data.get("usage", {}).items():
-                if key in self.usage:
-                    self.usage[key] += int(value)
-            self.cost_usd += float(data.get("cost_usd", 0.0))
-            replaced = int(data["replaced"])
-            self.messages[:replaced] = [summary]
-            self._uncleared = max(1, self._uncleared - replaced + 1)
-            self.context_edits += 1
-        elif kind == "cleared":
-            self._clear_results(int(data["through_seq"]))
-            # Results too large for the window, cut in the requests (older readers, which
-            # know no "cut", send them whole: the history is the same either way).
-            for seq, keep in data.get("cut", ()):
-                self._cut_result(int(seq), int(keep))
-            self.context_edits += 1
-        elif kind == "stop":
-            self.stopped = cast(StopReason, str(data["reason"]))
-        elif kind == "tools":
-            listed = list(data["tools"])
-            known = self.tool_lists.get(data["source"])
-            self.tool_lists[data["source"]] = ToolList(known.started if known else listed, listed)
-
-    def _clear_results(self, through_seq: int) -> None:
-        """Put placeholders for the results saved at or before ``through_seq`` in
-        ``messages`` (the history keeps them whole)."""
-        seqs = self._result_seqs
-        for index in range(self._uncleared, len(self.messages)):
-            message = self.messages[index]
-            if message.role == "user" and not isinstance(message.content, str):
-                blocks, newer = [], False
-                for block in message.content:
-                    seq = seqs.get(block.get("tool_use_id", ""))
-                    if block.get("type") == "tool_result" and seq is not None:
-                        if seq > through_seq:
-                            newer = True
-                        else:
-                            block = {**block, "content": cleared_text(seq)}
-                    blocks.append(block)
-                if blocks != message.content:
-                    self.messages[index] = Message.user(blocks)
-                if newer:
-                    return  # the results from here on are newer
-            self._uncleared = index + 1
-
-    def _cut_result(self, seq: int, keep: int) -> None:
-        """Put :func:`cut_text` for the result saved at ``seq`` in ``messages``."""
-        seqs = self._result_seqs
-        for index in range(self._uncleared, len(self.messages)):
-            message = self.messages[index]
-            if message.role != "user" or isinstance(message.content, str):
-                continue
-            blocks = [
-                {**block, "content": cut_text(block.get("content", ""), keep, seq)}
-                if block.get("type") == "tool_result"
-                and seqs.get(block.get("tool_use_id", "")) == seq
-                else block
-                for block in message.content
-            ]
-            if blocks != message.content:
-                self.messages[index] = Message.user(blocks)
-                return
-
-    def clearable_results(self) -> list[tuple[int, int]]:
-        """The results in ``messages`` not cleared yet, oldest first: (seq, characters)."""
-        seqs, found = self._result_seqs, []
-        for message in self.messages[self._uncleared :]:
-            if message.role != "user" or isinstance(message.content, str):
-                continue
-            for block in message.content:
-                seq = seqs.get(block.get("tool_use_id", ""))
-                if block.get("type") == "tool_result" and seq is not None:
-                    content = block.get("content", "")
-                    if content != cleared_text(seq):
-                        found.append((seq, len(json.dumps(content))))
-        return found
-
-    def _result_blocks(self) -> list[dict[str, Any]]:
-        blocks = []
-        for call_id in self._calls:
-            result = self._results[call_id].data
-            block: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": call_id,
-                "content": result["content"],
-            }
-            if result["outcome"] != "ok":
-                block["is_error"] = True
-            blocks.append(block)
-        return blocks
 
     def add_result(
         self,
