@@ -510,6 +510,25 @@ def test_notifications_and_retention_are_off_by_default_and_add_only_their_permi
         assert len(run_policy["egress"]) == 4  # DNS, model, store, limiter: no endpoint
 
 
+def test_schedules_are_off_by_default_and_add_only_their_permissions(helm: Helm) -> None:
+    default = helm.template({})
+    _leader_role(default)
+    assert _operator_settings(default)["ALPINEAGENTS_SCHEDULES"] == "false"
+    assert not {r for r in _rules(default, "Role") if r[1].startswith("agentschedules")}
+
+    objects = helm.template({"schedules": {"enabled": True}})
+    _leader_role(objects)
+    assert _operator_settings(objects)["ALPINEAGENTS_SCHEDULES"] == "true"
+    assert _rules(objects, "Role") - _rules(default, "Role") == {
+        ("alpineagents.dev", "agentschedules", "get"),
+        ("alpineagents.dev", "agentschedules", "list"),
+        ("alpineagents.dev", "agentschedules", "watch"),
+        ("alpineagents.dev", "agentschedules/status", "patch"),
+        ("alpineagents.dev", "agentruns", "create"),
+        ("alpineagents.dev", "agentruns", "delete"),
+    }
+
+
 def _rules_on_rbac(role: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in role["rules"] if r["apiGroups"] == ["rbac.authorization.k8s.io"]]
 
@@ -834,11 +853,11 @@ def test_notes_tell_the_next_commands(
 
 
 def test_the_charts_crd_is_the_top_level_crd_byte_for_byte() -> None:
-    top = REPO / "crds" / "agentrun.yaml"
-    assert (CHART / "crds" / "agentrun.yaml").read_bytes() == top.read_bytes(), (
-        "charts/alpineagents/crds/agentrun.yaml differs from crds/agentrun.yaml: "
-        "cp crds/agentrun.yaml charts/alpineagents/crds/agentrun.yaml"
-    )
+    for top in (REPO / "crds").iterdir():
+        assert (CHART / "crds" / top.name).read_bytes() == top.read_bytes(), (
+            f"charts/alpineagents/crds/{top.name} differs from crds/{top.name}: "
+            f"cp crds/{top.name} charts/alpineagents/crds/{top.name}"
+        )
     assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(
         p.name for p in (REPO / "crds").iterdir()
     )

@@ -18,6 +18,10 @@ What triggers a reconcile step of a run:
 - ``@kopf.on.event`` of a warm pool's waiting standby pod that ended or goes: the pool
   starts another (:mod:`.standby_pool`).
 - The DELETED event of an AgentRun, so its pods stop even without a garbage collector.
+- With ``ALPINEAGENTS_SCHEDULES=true``, every event of an AgentSchedule, and of an
+  AgentRun one created: the schedule is stepped
+  by the :class:`.ScheduleKeeper`'s task (:mod:`.schedule_keeper`), which also wakes at
+  each schedule's next time.
 - A resync loop every ``ALPINEAGENTS_RESYNC_SECONDS`` over all AgentRuns: the safety
   net for a missed event. It is a plain background task rather than ``@kopf.timer``
   because kopf puts a finalizer on every object that has a timer, and an AgentRun should
@@ -64,6 +68,14 @@ from .metrics import OperatorMetrics
 from .pods import MANAGED_BY, MANAGED_BY_LABEL
 from .reconciler import Reconciler
 from .resumes import PAGE
+from .schedule_api import ScheduleApi
+from .schedule_keeper import (
+    ScheduleKeeper,
+    clock_from_env,
+    poll_seconds_from_env,
+    schedules_enabled_from_env,
+)
+from .schedule_names import SCHEDULE_PLURAL
 from .standby_pool import StandbyView
 from .throttling import ThrottleWatch
 from .views import GROUP, PLURAL, RUN_LABEL, STANDBY_LABEL, VERSION
@@ -85,6 +97,8 @@ class _Running:
     reconciler: Reconciler
     tasks: list[asyncio.Task[None]]
     """The resync loop and the start's judging of resumed runs."""
+    schedules: ScheduleKeeper | None
+    """Steps the AgentSchedules (its task is among ``tasks``); None: schedules are off."""
 
 
 def _running(memo: kopf.Memo) -> _Running | None:
@@ -97,6 +111,13 @@ def _reconciler(memo: kopf.Memo) -> Reconciler:
     if running is None:
         raise kopf.TemporaryError("the operator is still starting", delay=1)
     return running.reconciler
+
+
+def _schedules(memo: kopf.Memo) -> ScheduleKeeper | None:
+    running = _running(memo)
+    if running is None:
+        raise kopf.TemporaryError("the operator is still starting", delay=1)
+    return running.schedules
 
 
 def _namespaced(namespace: str | None) -> str:
@@ -153,15 +174,22 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     metrics = OperatorMetrics()
     if config.metrics_port:
         metrics.serve(config.metrics_port)
-    cluster = Cluster(await asyncio.to_thread(api_client_from_environment))
+    api_client = await asyncio.to_thread(api_client_from_environment)
+    cluster = Cluster(api_client)
     reconciler = Reconciler(config, cluster, metrics, watched=Watched())
     tasks = [asyncio.create_task(_resync_forever(reconciler, config.resync_seconds))]
+    schedules = None
+    if _SCHEDULES:
+        schedules = ScheduleKeeper(
+            ScheduleApi(api_client), cluster, clock_from_env(), poll_seconds_from_env()
+        )
+        tasks.append(asyncio.create_task(schedules.run()))
     if reconciler.resumes is not None:
         tasks.append(asyncio.create_task(reconciler.resumes.run()))
     if config.pacer_url and reconciler.watched is not None:
         throttles = ThrottleWatch(config.pacer_url, cluster, reconciler.watched)
         tasks.append(asyncio.create_task(throttles.run()))
-    memo[_MEMO_KEY] = _Running(config, reconciler, tasks)
+    memo[_MEMO_KEY] = _Running(config, reconciler, tasks, schedules)
 
 
 @kopf.on.cleanup()
@@ -206,8 +234,24 @@ async def run_event(
     gone = event.get("type") == "DELETED"
     reconciler = _reconciler(memo)
     reconciler.run_seen(dict(event.get("object") or {}), gone=gone)
+    schedules = _schedules(memo)
+    if schedules is not None:
+        schedules.run_seen(dict(event.get("object") or {}), gone=gone)
     if gone and name:
         reconciler.reconcile_soon(_namespaced(namespace), name)
+
+
+async def schedule_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    schedules = _schedules(memo)
+    if schedules is not None:
+        body = dict(event.get("object") or {})
+        schedules.schedule_seen(body, gone=event.get("type") == "DELETED")
+
+
+# Watched only when on: without schedules.enabled the chart grants nothing on them.
+_SCHEDULES = schedules_enabled_from_env()
+if _SCHEDULES:
+    kopf.on.event(GROUP, VERSION, SCHEDULE_PLURAL)(schedule_event)
 
 
 @kopf.on.event("v1", "pods", labels={RUN_LABEL: kopf.PRESENT})

@@ -153,7 +153,8 @@ class Event:
 
 
 class EventLog:
-    """Every event of one watch (``pods``, ``agentruns`` or ``leases`` in a namespace)."""
+    """Every event of one watch (``pods``, ``agentruns``, ``agentschedules``, ``leases``
+    or core ``events`` in a namespace)."""
 
     def __init__(self, api_client: Any, namespace: str, kind: str) -> None:
         from kubernetes import client
@@ -166,6 +167,10 @@ class EventLog:
                 "alpineagents.dev", "v1", namespace, "agentruns", **o
             ),
             "leases": lambda **o: coordination.list_namespaced_lease(namespace, **o),
+            "agentschedules": lambda **o: custom.list_namespaced_custom_object(
+                "alpineagents.dev", "v1", namespace, "agentschedules", **o
+            ),
+            "events": lambda **o: core.list_namespaced_event(namespace, **o),
         }
         self._list = lists[kind]
         self.kind = kind

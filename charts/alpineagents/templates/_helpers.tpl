@@ -332,6 +332,19 @@ Role/{{ $name }}
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if .Values.schedules.enabled }}
+# AgentSchedules (schedules.enabled): read them and write their status; create the runs
+# they schedule, delete those Replace ends or past their history limits.
+- apiGroups: ["alpineagents.dev"]
+  resources: ["agentschedules"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["alpineagents.dev"]
+  resources: ["agentschedules/status"]
+  verbs: ["patch"]
+- apiGroups: ["alpineagents.dev"]
+  resources: ["agentruns"]
+  verbs: ["create", "delete"]
+{{- end }}
 # Each pod's spec and (runCredentials=sts) each run's short-lived store credentials, in
 # Secrets the run owns: written, never read (no get/list/watch: without notifications the
 # operator cannot read any Secret), never deleted (they go with their AgentRun).
