@@ -192,3 +192,38 @@ def test_a_try_cut_short_by_a_stopped_operator_is_not_sent_again(
     assert sink.received == []
     assert unknown.object["status"]["notification"]["id"] == end
     assert "not sent again" in unknown.object["status"]["notification"]["message"]
+
+
+def ends(plane: ControlPlane, namespace: str, name: str) -> None:
+    """The run's status as an operator writes it when the run ends."""
+    status = {"phase": "Succeeded", "reason": "Answered", "completedAt": "2026-12-07T05:00:00Z"}
+    plane.kubectl(
+        "patch", "agentrun", name, "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": status}),
+    )  # fmt: skip
+
+
+def test_an_unusable_target_is_marked_failed_and_nothing_is_sent(
+    notifying: tuple[ControlPlane, str, OperatorProcess],
+) -> None:
+    plane, namespace, operator = notifying
+    client = plane.api_client()
+    with HttpSink() as sink, EventLog(client, namespace, "agentruns") as runs:
+        operator.start()
+        missing = {"url": sink.url, "authSecretRef": {"name": "nowhere", "key": "token"}}
+        plane.kubectl("create", "-f", "-", input=agentrun(namespace, "nosecret", notify=missing))
+        ends(plane, namespace, "nosecret")
+        failed = runs.wait_for(marked("nosecret", "Failed"))
+        assert failed.object["status"]["notification"]["message"] == (
+            "spec.notify.authSecretRef 'nowhere' (key 'token') does not exist in " + namespace
+        )
+        operator.stop()
+        operator.env["ALPINEAGENTS_NOTIFICATIONS"] = "false"  # the chart's default
+        operator.start()
+        plane.kubectl(
+            "create", "-f", "-", input=agentrun(namespace, "off", notify={"url": sink.url})
+        )
+        ends(plane, namespace, "off")
+        off = runs.wait_for(marked("off", "Failed"))
+    assert "notifications are off" in off.object["status"]["notification"]["message"]
+    assert sink.received == []
