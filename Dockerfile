@@ -26,8 +26,9 @@ COPY operator/ operator/
 # Every dependency ships manylinux wheels, so no compiler is needed even here; the
 # final stage installs from these wheels with the index switched off. The mcp extra lets
 # an AgentRun use spec.mcpServers (and an MCP server of the examples run on this image);
-# the ui extra serves the chart's run viewer (viewer.enabled).
-RUN pip wheel --wheel-dir /wheels ".[operator,mcp,ui]"
+# the ui extra serves the chart's run viewer (viewer.enabled); bedrock and vertex let an
+# AgentRun's spec.provider reach Claude on AWS Bedrock and Google Vertex AI.
+RUN pip wheel --wheel-dir /wheels ".[operator,mcp,ui,bedrock,vertex]"
 
 # ---- final: the runtime, no build tools, no wheels left behind ---------------------------
 FROM ${PYTHON_IMAGE}
@@ -58,7 +59,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 # above from this very checkout, so the version is fixed by the source tree.
 # hadolint ignore=DL3013
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels "alpineagents[operator,mcp,ui]" \
+    pip install --no-index --find-links=/wheels "alpineagents[operator,mcp,ui,bedrock,vertex]" \
     && python -m compileall -q -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')" \
     && groupadd --gid 65532 nonroot \
     && useradd --uid 65532 --gid 65532 --home-dir /work --no-create-home \

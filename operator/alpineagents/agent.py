@@ -3,53 +3,51 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
-import inspect
 import json
-import re
-import threading
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import model as _model
 from . import tracing
 from .context import (
     TOKENS_PER_CHAR,
-    ApiMessages,
     Compaction,
     check_cache_ttl,
     compaction_cut,
-    merged_messages,
+    oversized_results,
     window_for,
     with_cache_breakpoints,
 )
 from .interrupts import SignalsStopTheRun
 from .messages import Message, excerpt
+from .model_requests import (
+    RunClient,
+    made_client,
+    messages_request,
+    next_request,
+    reply_cost,
+    too_long_error,
+    usage_of,
+)
 from .pacing import Pacer, Throttle
 from .permissions import AskPerson, Policy, allow_all
+from .providers import Provider
+from .run_hold import RunHold, to_the_end
 from .state import State, StopReason, ToolCall, cleared_text, error_text
 from .store.base import Store, check_owner
-from .tools import Tool, ToolOutput, as_tool, call, output
-from .toolsets import RunToolsets, Toolset
-from .usage import USAGE_KEYS, Budget, CacheTTL, Price, cost_usd
+from .tool_calls import call_tools, current_call, permit
+from .tools import Tool, as_tool
+from .toolsets import Toolset
+from .usage import Budget, CacheTTL, Price
 
-# The State and call id of the tool call running in this context (for subagents).
-_current_call: contextvars.ContextVar[tuple[State, str]] = contextvars.ContextVar("current_call")
 # The model client of the run in this context: an async client belongs to one event loop.
 _run_client: contextvars.ContextVar[Any] = contextvars.ContextVar("run_client")
 _INTERRUPTS = (KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit)
-# A result that alone takes more than this part of the window is cut in the requests to the
-# smaller part (the history keeps all of it): room for the rest of the run and the reply.
-# Below it, clearing older results and summarizing older turns keep more of the run.
-_HUGE_RESULT = 0.5
-_CUT_RESULT_TO = 0.2
 # Requests refused as too long in a row before the run fails: each must be smaller than
 # the one before, and a compaction that cannot get there ends the run with one error.
 _MAX_REFUSED_IN_A_ROW = 3
-# The API's refusal of a prompt past the window: "prompt is too long: N tokens > M maximum".
-_TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens")
 _SUMMARY_ASK = (
     "Summarize the conversation so far in a few paragraphs for yourself to continue from: "
     "keep the task, every fact, decision, result and open question needed to finish it. "
@@ -75,6 +73,10 @@ class Agent:
     one per process and key, pacing by the provider's headers; a
     :class:`~alpineagents.pacing.SharedPacer` asks the fleet's limiter). A 429 or 529 is a
     wait, never a failed step; ``on_throttle(state, throttle)`` is told of each wait.
+
+    ``provider`` (:class:`~alpineagents.providers.Provider`) says where requests go: the
+    Anthropic API (the default, or a gateway), Bedrock, Vertex AI or Foundry. A ``client``
+    given is used as it is.
     """
 
     def __init__(
@@ -97,6 +99,7 @@ class Agent:
         prices: dict[str, Price] | None = None,
         pacer: Pacer | None = None,
         on_throttle: Callable[[State, Throttle], None] | None = None,
+        provider: Provider | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -120,6 +123,7 @@ class Agent:
         self.retry = retry or _model.Retry()
         self.pacer = pacer
         self.on_throttle = on_throttle
+        self.provider = provider
         self._client = client
 
     # ------------------------------------------------------------------ running
@@ -134,10 +138,10 @@ class Agent:
         """
         loop: asyncio.AbstractEventLoop | None = None
         task: asyncio.Task[str | None] | None = None
-        hold: _Run | None = None
+        hold: RunHold | None = None
         stop: SignalsStopTheRun | None = None
         try:  # from the first line on: a Ctrl+C before the handlers are in place is caught below
-            hold = _Run(self, state, sync_saves=True)
+            hold = self._hold(state, sync_saves=True)
             stop = SignalsStopTheRun(hold)
             with stop:
                 self._refuse_sync_run()
@@ -151,7 +155,7 @@ class Agent:
                     raise
                 # Raised outside the run's steps (before they began, or by a signal handler
                 # while the loop waited): the steps close the calls with it, save, and end.
-                hold = hold or _Run(self, state, sync_saves=True)
+                hold = hold or self._hold(state, sync_saves=True)
                 hold.interrupt = error
                 loop = loop or asyncio.new_event_loop()
                 task = task or loop.create_task(self._run(state, hold))
@@ -171,9 +175,9 @@ class Agent:
 
     async def arun(self, state: State) -> str | None:
         """Async ``run``. Cancel the task to stop it: calls are closed and the State is saved."""
-        return await self._run(state, _Run(self, state, sync_saves=False))
+        return await self._run(state, self._hold(state, sync_saves=False))
 
-    async def _run(self, state: State, hold: _Run) -> str | None:
+    async def _run(self, state: State, hold: RunHold) -> str | None:
         check_owner(self.store, state)
         if not state.history:
             raise ValueError(f"State {state.id!r} has no messages: give it a first message")
@@ -187,9 +191,11 @@ class Agent:
                 # Inside the guard, like every instant of the run: building the client,
                 # the first save (which refuses a new State whose id is taken), the steps.
                 # The client is made on first use: a resumed run saves before the SDK loads.
-                client_token = _run_client.set(_RunClient(self._client))
+                client_token = _run_client.set(RunClient(self._client, self.provider))
                 await self._save(state)
-                tracing.begin_attempt(state, self.model)  # after the save: loads the SDK
+                tracing.begin_attempt(
+                    state, self.model, self._gen_ai_provider()
+                )  # after the save: loads the SDK
                 stopped = await self._steps(state)
                 if state.stopped != stopped:
                     state.add("stop", f"stopped: {stopped}", {"reason": stopped})
@@ -216,7 +222,7 @@ class Agent:
             await self._end(state, hold, client_token)
 
     async def _end(
-        self, state: State, hold: _Run, client_token: contextvars.Token[Any] | None
+        self, state: State, hold: RunHold, client_token: contextvars.Token[Any] | None
     ) -> None:
         """After a run: save what was sent after its last save, wake every sender, close."""
         state.active_run = None
@@ -254,7 +260,7 @@ class Agent:
             try:
                 await self.think(state)
             except Exception as error:
-                too_long = _too_long(error)
+                too_long = too_long_error(error)
                 if too_long is None or self.compaction is None:
                     raise
                 if len(refused) >= _MAX_REFUSED_IN_A_ROW or (refused and too_long >= refused[-1]):
@@ -284,7 +290,7 @@ class Agent:
     # ------------------------------------------------------------------ steps
     async def think(self, state: State) -> Message:
         """Ask the model for its next message, saving before and after."""
-        request, chars = self._next_request(state, await self._tools(state))
+        request, chars = next_request(self, state, await self._tools(state))
         state.add(
             "model_request",
             f"asking {self.model}",
@@ -308,8 +314,8 @@ class Agent:
                 "message": message.to_dict(),
                 "model": model,
                 "stop_reason": reply.get("stop_reason"),
-                "usage": _usage_of(reply),
-                "cost_usd": self._cost(model, reply),
+                "usage": usage_of(reply),
+                "cost_usd": reply_cost(self, model, reply),
             },
         )
         if not calls:
@@ -329,7 +335,7 @@ class Agent:
                     pending, "error", f"(unknown tool {pending.name!r}; tools: {known})"
                 )
                 continue
-            allowed = await self._permit(state, pending)
+            allowed = await permit(state, pending, self.permissions, self.ask)
             if allowed:
                 runnable.append((pending, tool))
                 if state.approval(pending.id) is not None:
@@ -339,7 +345,7 @@ class Agent:
                     pending, "refused", "(refused: the permission check did not allow this call)"
                 )
         await self._save(state)  # refusals, answers and starts are saved before any tool runs
-        await self._call_tools(state, runnable)
+        await call_tools(state, runnable, self._save)
         if not state.pending_calls:
             state.join_waiting()
         await self._save(state)
@@ -357,7 +363,7 @@ class Agent:
             return False
         window = window_for(self.model, self.context_window)
         tools = await self._tools(state)
-        _, chars = self._next_request(state, tools, marked=False)
+        _, chars = next_request(self, state, tools, marked=False)
         ratio = too_long / chars if too_long else state.tokens_per_char or TOKENS_PER_CHAR
         estimate = chars * ratio
 
@@ -368,7 +374,7 @@ class Agent:
             """Save a ``cleared`` entry; the next request's estimate with it."""
             state.add("cleared", text, {**data, "tokens": round(estimate)})
             await self._save(state)
-            _, chars = self._next_request(state, tools, marked=False)
+            _, chars = next_request(self, state, tools, marked=False)
             return chars * ratio
 
         if too_long is None and not over(estimate):
@@ -392,7 +398,7 @@ class Agent:
                     {"through_seq": through, "results": count},
                 )
                 changed = True
-        cuts = _cuts(state.clearable_results(), window, ratio) if over(estimate) else []
+        cuts = oversized_results(state.clearable_results(), window, ratio) if over(estimate) else []
         if cuts:
             # A result no clearing or summary can make room for (it is among the newest):
             # the requests carry its start and where the rest is; the history keeps it all.
@@ -418,10 +424,10 @@ class Agent:
         if cut < 1:
             return False
         ask = {"type": "text", "text": _SUMMARY_ASK}
-        request, chars = self._next_request(state, tools, marked=False)
+        request, chars = next_request(self, state, tools, marked=False)
         if chars * ratio + self.max_tokens > window:
             # The whole conversation does not fit: summarize the part that is replaced.
-            request = self._request(state.messages[:cut], tools)
+            request = messages_request(self, state.messages[:cut], tools)
         messages = list(request["messages"])
         last = messages[-1]
         if last["role"] == "user":
@@ -449,8 +455,8 @@ class Agent:
             {
                 "summary": summary,
                 "replaced": cut,
-                "usage": _usage_of(reply),
-                "cost_usd": self._cost(reply.get("model", self.model), reply),
+                "usage": usage_of(reply),
+                "cost_usd": reply_cost(self, reply.get("model", self.model), reply),
             },
         )
         await self._save(state)
@@ -460,7 +466,7 @@ class Agent:
         """This agent as a tool of another: each call runs a subagent saved as its own State."""
 
         async def run_subagent(task: str) -> str:
-            parent, call_id = _current_call.get()
+            parent, call_id = current_call.get()
             child_id = f"{parent.id}.{call_id}"
             store = self.store
             child: State | None = None
@@ -501,26 +507,26 @@ class Agent:
         if self.store is None:
             return
         hold = state.active_run
-        if not isinstance(hold, _Run):  # a step called outside a run, or the run's end
+        if not isinstance(hold, RunHold):  # a step called outside a run, or the run's end
             await self.store.asave(state)
             return
         try:
             if hold.sync_saves:
                 self.store.save(state)
             else:
-                await _to_the_end(self._locked_asave(state, hold))
+                await to_the_end(self._locked_asave(state, hold))
         except Exception as error:
             hold.save_error = error
             hold.settle_sends(error)
             raise
         hold.settle_sends()
 
-    async def _locked_asave(self, state: State, hold: _Run) -> None:
+    async def _locked_asave(self, state: State, hold: RunHold) -> None:
         assert self.store is not None
         async with hold.save_lock:
             await self.store.asave(state)
 
-    def _save_soon(self, state: State, hold: _Run) -> None:
+    def _save_soon(self, state: State, hold: RunHold) -> None:
         async def save() -> None:
             with contextlib.suppress(Exception):  # the next step's save raises it
                 await self._save(state)
@@ -529,69 +535,12 @@ class Agent:
             hold.background.add(task := asyncio.ensure_future(save()))
             task.add_done_callback(hold.background.discard)
 
-    async def _permit(self, state: State, pending: ToolCall) -> bool | None:
-        """True to run, False to refuse, None to leave waiting for a person."""
-        answer = state.approval(pending.id)
-        if answer is not None:
-            return answer
-        decision = self.permissions(pending)
-        if decision == "allow":
-            return True
-        if decision == "refuse":
-            return False
-        if self.ask is None:
-            if all(asked.id != pending.id for asked in state.awaiting_approval):
-                state.add(
-                    "approval_request",
-                    f"asks a person: {pending.name} {excerpt(json.dumps(pending.input), 120)}",
-                    {"call_id": pending.id, "name": pending.name, "input": pending.input},
-                )
-            return None
-        allowed = self.ask(pending)
-        if inspect.isawaitable(allowed):
-            allowed = await allowed
-        state.approve(pending.id, bool(allowed))
-        return bool(allowed)
-
-    async def _call_tools(self, state: State, runnable: list[tuple[ToolCall, Tool]]) -> None:
-        futures = [
-            asyncio.ensure_future(tracing.tool(c, self._call_one(state, c, t))) for c, t in runnable
-        ]
-        try:
-            for next_done in asyncio.as_completed(futures):
-                pending, outcome, content, error = await next_done
-                state.add_result(pending, outcome, content, error)
-                with contextlib.suppress(Exception):
-                    # A failed save here does not stop the other tools: the save at the
-                    # end of use_tools writes what is missing, or raises.
-                    await self._save(state)
-        finally:
-            for future in futures:
-                future.cancel()
-
-    async def _call_one(
-        self, state: State, pending: ToolCall, tool: Tool
-    ) -> tuple[ToolCall, Any, ToolOutput, BaseException | None]:
-        token = _current_call.set((state, pending.id))
-        try:
-            if tool.is_async:
-                value = await call(tool, pending.input)
-            else:
-                value = await _on_daemon_thread(tool.function, pending.input)
-            return pending, "ok", output(value), None
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            return pending, "error", error_text(error), error
-        finally:
-            _current_call.reset(token)
-
     async def _tools(self, state: State) -> dict[str, Tool]:
         """The run's tools: this agent's own, plus its toolsets' (opened on first use in a run)."""
         if not self.toolsets:
             return self.tools
         hold = state.active_run
-        if not isinstance(hold, _Run) or hold.agent is not self:
+        if not isinstance(hold, RunHold) or hold.agent is not self:
             raise RuntimeError(
                 "this Agent's toolsets (MCP servers) are open only while it runs: call "
                 "run(state) or arun(state) rather than think or use_tools on their own"
@@ -604,225 +553,16 @@ class Agent:
             if self.on_throttle is not None:
                 self.on_throttle(state, throttle)
 
-        return await _model.ask(self._model_client(), request, self.retry, self.pacer, report)
+        secrets = self.provider.secrets() if self.provider is not None else ()
+        client = self._model_client()
+        return await _model.ask(client, request, self.retry, self.pacer, report, secrets)
 
     def _model_client(self) -> Any:
         run = _run_client.get(None)
-        return run.get() if run is not None else self._client or _model.default_client()
+        return run.get() if run is not None else self._client or made_client(self.provider)
 
-    def _request(self, messages: list[Message], tools: dict[str, Tool]) -> dict[str, Any]:
-        """A request for ``messages`` as they are (no cache breakpoints)."""
-        return self._request_of(merged_messages(messages), tools)
+    def _gen_ai_provider(self) -> str:
+        return self.provider.gen_ai_name if self.provider is not None else tracing.PROVIDER
 
-    def _request_of(self, merged: list[dict[str, Any]], tools: dict[str, Tool]) -> dict[str, Any]:
-        request: dict[str, Any] = {
-            "model": self.model,
-            "max_tokens": self.max_tokens,
-            "messages": merged,
-        }
-        if self.system:
-            request["system"] = self.system
-        if tools:
-            request["tools"] = [t.to_api() for t in tools.values()]
-        return request
-
-    def _next_request(
-        self, state: State, tools: dict[str, Tool], *, marked: bool = True
-    ) -> tuple[dict[str, Any], int]:
-        """The request the run sends next, a pure function of its saved history, and the
-        length of its JSON without cache breakpoints (what its size is estimated from)."""
-        hold = state.active_run
-        if isinstance(hold, _Run):
-            merged, chars = hold.api_messages(state)
-        else:
-            merged = merged_messages(state.messages)
-            chars = len(json.dumps(merged))
-        request = self._request_of(merged, tools)
-        chars += len(json.dumps(request.get("tools", []))) + len(json.dumps(self.system or ""))
-        if marked and self.prompt_cache is not None:
-            request = with_cache_breakpoints(request, self.prompt_cache)
-        return request, chars
-
-    def _cost(self, model: str, reply: dict[str, Any]) -> float:
-        usage = dict(_usage_of(reply))
-        detail = reply.get("usage", {}).get("cache_creation")
-        if isinstance(detail, dict) and isinstance(detail.get("ephemeral_1h_input_tokens"), int):
-            usage["ephemeral_1h_input_tokens"] = detail["ephemeral_1h_input_tokens"]
-        return round(
-            cost_usd(model, usage, cache_ttl=self.prompt_cache or "5m", prices=self.prices), 8
-        )
-
-
-class _Run:
-    """The Agent's hold on a State for the length of one run (``State.active_run``)."""
-
-    def __init__(self, agent: Agent, state: State, *, sync_saves: bool) -> None:
-        self.agent = agent
-        self.state = state
-        self.sync_saves = sync_saves
-        """Saves run on the run's own thread (``run``), not as awaited tasks (``arun``)."""
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.save_lock = asyncio.Lock()
-        self.save_error: BaseException | None = None
-        """The last error a save raised (a run ending on it notes no second failure)."""
-        self.interrupt: BaseException | None = None
-        """The signal (Ctrl+C, SIGTERM) that stopped ``run``: the reason calls close with."""
-        self.background: set[asyncio.Future[None]] = set()
-        self.toolsets = RunToolsets(agent.toolsets)
-        """The agent's toolsets (MCP servers): opened on the run's first step, closed at its end."""
-        self.api_messages = ApiMessages()
-        """The conversation as the run's requests send it, kept from step to step."""
-        self._sends: list[tuple[int, concurrent.futures.Future[None]]] = []
-        self._sends_lock = threading.Lock()
-        self._ended = False
-
-    def message_sent(self, seq: int, *, waits: bool) -> concurrent.futures.Future[None]:
-        """Save a message sent while the run goes on (``State.send``, from any thread)."""
-        if waits and self.loop is not None and _running_loop() is self.loop:
-            raise RuntimeError(
-                f"State.send() on the event loop running State {self.state.id!r} would wait "
-                f"for itself: use 'await state.asend(message)' in async code"
-            )
-        saved: concurrent.futures.Future[None] = concurrent.futures.Future()
-        with self._sends_lock:
-            if self._ended:  # the run has made its last save
-                _settle(saved, self._unsaved_error() if self.state.saved_entries <= seq else None)
-                return saved
-            self._sends.append((seq, saved))
-        if self.loop is not None:
-            with contextlib.suppress(RuntimeError):  # closed: the run's end settles it
-                self.loop.call_soon_threadsafe(self.agent._save_soon, self.state, self)
-        return saved
-
-    def settle_sends(self, error: BaseException | None = None) -> None:
-        """Wake the senders whose message is saved now; with ``error`` (a save failed),
-        all the others too: they raise it."""
-        saved_entries = self.state.saved_entries
-        with self._sends_lock:
-            waiting = []
-            for seq, saved in self._sends:
-                if seq < saved_entries:
-                    _settle(saved, None)
-                elif error is not None:
-                    _settle(saved, error)
-                else:
-                    waiting.append((seq, saved))
-            self._sends = waiting
-
-    def unsaved_sends(self) -> bool:
-        with self._sends_lock:
-            return bool(self._sends)
-
-    def end(self) -> None:
-        """The run made its last save: every sender learns whether its message is saved."""
-        self.settle_sends()
-        with self._sends_lock:
-            self._ended = True
-        self.settle_sends(self._unsaved_error())
-
-    def _unsaved_error(self) -> RuntimeError:
-        return RuntimeError(
-            f"the run of State {self.state.id!r} ended before the message was saved: it is "
-            f"in the State, and the next save writes it"
-        )
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _settle(saved: concurrent.futures.Future[None], error: BaseException | None) -> None:
-    # Already cancelled: the task of an asend was cancelled, and nobody waits any more.
-    with contextlib.suppress(concurrent.futures.InvalidStateError):
-        if error is None:
-            saved.set_result(None)
-        else:
-            saved.set_exception(error)
-
-
-async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
-    """Await ``work``; if cancelled meanwhile, let it finish first, then raise the cancel.
-
-    A save cancelled half-way would keep writing unseen: the closing save would send its
-    entries again, and a create would be refused as taken.
-    """
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: the closing save raises what still fails
-        raise
-
-
-class _RunClient:
-    """The model client of one run: the Agent's, or one made on first use (importing the
-    SDK takes about a second, which a resumed run should not spend before its first save)."""
-
-    def __init__(self, given: Any) -> None:
-        self._given = given
-        self._made: Any = None
-
-    def get(self) -> Any:
-        if self._given is not None:
-            return self._given
-        if self._made is None:
-            self._made = _model.default_client()
-        return self._made
-
-    async def close(self) -> None:
-        if self._made is not None:
-            await _model.close(self._made)
-
-
-def _usage_of(reply: dict[str, Any]) -> dict[str, int]:
-    """The four token counts of a reply (as the API reports them; absent ones are 0)."""
-    usage = reply.get("usage", {})
-    return {key: v for key in USAGE_KEYS if isinstance(v := usage.get(key, 0), int)}
-
-
-def _cuts(results: list[tuple[int, int]], window: int, ratio: float) -> list[list[int]]:
-    """``[seq, characters kept]`` of each result (``(seq, characters)``) that alone takes
-    more than :data:`_HUGE_RESULT` of the window: cut to :data:`_CUT_RESULT_TO` of it."""
-    keep = int(window * _CUT_RESULT_TO / ratio)
-    return [
-        [seq, keep] for seq, size in results if size * ratio > window * _HUGE_RESULT and keep < size
-    ]
-
-
-def _too_long(error: BaseException) -> int | None:
-    """The prompt's size in tokens when ``error`` is the API's refusal of a prompt past the
-    window, else ``None``."""
-    if not _model.sdk_error(error, "BadRequestError"):
-        return None
-    found = _TOO_LONG.search(str(error))
-    return int(found.group(1)) if found else None
-
-
-async def _on_daemon_thread(function: Callable[..., Any], arguments: dict[str, Any]) -> Any:
-    # Daemon threads, not an executor: a stopping process must not wait for a tool
-    # that is still running (its call is closed as aborted instead).
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    context = contextvars.copy_context()
-
-    def settle(setter: Callable[[Any], None], value: Any) -> None:
-        if not future.done():
-            setter(value)
-
-    def target() -> None:
-        try:
-            value = context.run(function, **arguments)
-        except BaseException as error:
-            outcome: tuple[Callable[[Any], None], Any] = (future.set_exception, error)
-        else:
-            outcome = (future.set_result, value)
-        with contextlib.suppress(RuntimeError):  # the loop is gone: the run already ended
-            loop.call_soon_threadsafe(settle, *outcome)
-
-    threading.Thread(target=target, name="alpineagents-tool", daemon=True).start()
-    return await future
+    def _hold(self, state: State, *, sync_saves: bool) -> RunHold:
+        return RunHold(self, state, sync_saves=sync_saves, save_soon=self._save_soon)

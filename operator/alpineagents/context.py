@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .messages import Message
+from .model_ids import anthropic_model_id
 from .usage import CacheTTL
 
 if TYPE_CHECKING:
@@ -35,13 +36,15 @@ __all__ = [
     "UnknownModelWarning",
     "compaction_cut",
     "merged_messages",
+    "oversized_results",
     "window_for",
     "with_cache_breakpoints",
 ]
 
 WINDOWS: tuple[tuple[str, int], ...] = (("claude-", 200_000),)
 """Known models' context windows in tokens, by model id prefix (the longest prefix that
-matches wins). A larger window (a beta's 1M) is given with ``Agent(context_window=...)``
+matches wins; Bedrock's and Vertex AI's ids are looked up as the Anthropic id they name).
+A larger window (a beta's 1M) is given with ``Agent(context_window=...)``
 or ``spec.contextWindow``."""
 DEFAULT_WINDOW = 100_000
 """The window assumed for a model no table knows: small on purpose, so such a run
@@ -63,7 +66,9 @@ def window_for(model: str, given: int | None = None) -> int:
         if isinstance(given, bool) or given < 1024:
             raise ValueError(f"context_window must be at least 1024 tokens, not {given!r}")
         return given
-    matches = [(prefix, size) for prefix, size in WINDOWS if model.startswith(prefix)]
+    # A provider's spelling (Bedrock's, Vertex AI's) is looked up as the Anthropic id.
+    known = anthropic_model_id(model)
+    matches = [(prefix, size) for prefix, size in WINDOWS if known.startswith(prefix)]
     if matches:
         return max(matches, key=lambda match: len(match[0]))[1]
     warnings.warn(
@@ -223,3 +228,19 @@ def compaction_cut(messages: list[Message], keep_turns: int) -> int:
             if replies >= keep_turns:
                 return index
     return latest
+
+
+# A result that alone takes more than this part of the window is cut in the requests to the
+# smaller part (the history keeps all of it): room for the rest of the run and the reply.
+# Below it, clearing older results and summarizing older turns keep more of the run.
+HUGE_RESULT = 0.5
+CUT_RESULT_TO = 0.2
+
+
+def oversized_results(results: list[tuple[int, int]], window: int, ratio: float) -> list[list[int]]:
+    """``[seq, characters kept]`` of each result (``(seq, characters)``) that alone takes
+    more than :data:`HUGE_RESULT` of the window: cut to :data:`CUT_RESULT_TO` of it."""
+    keep = int(window * CUT_RESULT_TO / ratio)
+    return [
+        [seq, keep] for seq, size in results if size * ratio > window * HUGE_RESULT and keep < size
+    ]

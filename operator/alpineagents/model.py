@@ -12,6 +12,7 @@ import contextlib
 import functools
 import random
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -84,9 +85,19 @@ def _capacity_refusal(error: BaseException) -> Limit | None:
     body = getattr(error, "body", None)
     detail = body.get("error") if isinstance(body, dict) else None
     kind = detail.get("type") if isinstance(detail, dict) else None
-    if status == 529 or kind == "overloaded_error" or sdk_error(error, "OverloadedError"):
+    # Bedrock says it in its own words: a 503 ServiceUnavailableException (a
+    # serviceUnavailableException frame mid-stream) is its 529, ThrottlingException its 429.
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    aws_kind = str(headers.get("x-amzn-errortype", "")) if headers is not None else ""
+    if (
+        status == 529
+        or kind in ("overloaded_error", "serviceUnavailableException")
+        or aws_kind.startswith("ServiceUnavailableException")
+        or sdk_error(error, "OverloadedError")
+    ):
         return "overloaded"
-    if status != 429 and kind != "rate_limit_error":
+    if status != 429 and kind not in ("rate_limit_error", "throttlingException"):
         return None
     signals = _signals(error)
     spent = [name for name, bucket in signals.buckets.items() if bucket.remaining <= 0]
@@ -141,12 +152,14 @@ async def ask(
     retry: Retry,
     pacer: Pacer | None = None,
     report: Report | None = None,
+    secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Send one Messages API request when ``pacer`` gives it its turn (by default, the
     process's pacer for the client's key), and return the reply as a plain dict.
 
     ``client`` is an ``anthropic.AsyncAnthropic`` or ``anthropic.Anthropic`` (run on a
-    worker thread). ``report`` is told of each wait for capacity.
+    worker thread). ``report`` is told of each wait for capacity. ``secrets`` (a gateway's
+    headers, say) are masked in the error raised, with the client's own credentials.
     """
     pacer = pacer if pacer is not None else process_pacer(client)
     ticket = Ticket(request_cost(request))
@@ -177,9 +190,17 @@ async def ask(
         if sdk_error(error, "APIError"):
             # Some gateways echo the request's headers in their error bodies: the error is
             # saved in the history and reported, so the client's own key must not be in it.
-            keys = [getattr(client, "api_key", None), getattr(client, "auth_token", None)]
-            Redactor([key for key in keys if isinstance(key, str)]).exception(error)
+            Redactor([*credentials_of(client), *secrets]).exception(error)
         raise
+
+
+def credentials_of(client: Any) -> list[str]:
+    """The credentials a client holds: its key or token (Anthropic, Foundry), AWS keys given
+    to it (Bedrock), its bearer token (Vertex AI's, once fetched)."""
+    names = ("api_key", "auth_token", "access_token", "aws_secret_key", "aws_session_token")
+    values = [getattr(client, name, None) for name in names]
+    values.append(getattr(getattr(client, "credentials", None), "token", None))
+    return [value for value in values if isinstance(value, str) and value]
 
 
 def _unreported(throttle: object) -> None:
@@ -201,7 +222,8 @@ async def _send(client: Any, request: dict[str, Any]) -> tuple[dict[str, Any], A
     import anthropic
 
     stream = request.get("max_tokens", 0) > _STREAM_ABOVE
-    if isinstance(client, anthropic.AsyncAnthropic):
+    # Bedrock's and Vertex AI's async clients are no AsyncAnthropic: their messages are.
+    if isinstance(client.messages, anthropic.resources.AsyncMessages):
         if stream:
             async with client.messages.stream(**request) as replies:
                 message = await replies.get_final_message()

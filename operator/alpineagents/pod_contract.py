@@ -447,6 +447,39 @@ def mcp_secret_refs(spec: Mapping[str, Any]) -> list[SecretRef]:
     return refs
 
 
+ENV_PROVIDER_PREFIX = "ALPINEAGENTS_PROVIDER_"
+"""Variables carrying ``spec.provider`` values kept in Secrets (:func:`provider_secret_refs`):
+the runner's own, masked in what it writes and never passed to the model's commands."""
+ENV_PROVIDER_CREDENTIALS = ENV_PROVIDER_PREFIX + "CREDENTIALS"
+"""``spec.provider.credentials``: a Vertex AI service account key (JSON) or a Foundry key."""
+
+
+def provider_header_variable(name: str) -> str:
+    """The variable holding a ``spec.provider.headers`` value from a Secret, e.g.
+    ``ALPINEAGENTS_PROVIDER_HEADER_X_PORTKEY_API_KEY``."""
+    return ENV_PROVIDER_PREFIX + "HEADER_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def provider_secret_refs(spec: Mapping[str, Any]) -> list[SecretRef]:
+    """Every ``secretKeyRef`` of ``spec.provider`` (its headers and credentials), as pod
+    variables. Lenient like :func:`mcp_secret_refs`: the runner says what is wrong."""
+    provider = spec.get("provider")
+    if not isinstance(provider, Mapping):
+        return []
+    refs: list[SecretRef] = []
+    headers = provider.get("headers")
+    for item in headers if isinstance(headers, list) else []:
+        ref = item.get("secretKeyRef") if isinstance(item, Mapping) else None
+        if isinstance(ref, Mapping) and isinstance(item.get("name"), str):
+            variable = provider_header_variable(item["name"])
+            refs.append(SecretRef(variable, str(ref.get("name")), str(ref.get("key"))))
+    credentials = provider.get("credentials")
+    ref = credentials.get("secretKeyRef") if isinstance(credentials, Mapping) else None
+    if isinstance(ref, Mapping):
+        refs.append(SecretRef(ENV_PROVIDER_CREDENTIALS, str(ref.get("name")), str(ref.get("key"))))
+    return refs
+
+
 def _size(message: Mapping[str, Any]) -> int:
     return len(json.dumps(message, ensure_ascii=False).encode())
 

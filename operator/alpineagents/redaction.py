@@ -26,7 +26,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from .pod_contract import CREDENTIAL_ENV, ENV_ENCRYPTION_KEYS, ENV_MCP_PREFIX, ENV_SECRET_NAMES
+from .pod_contract import (
+    CREDENTIAL_ENV,
+    ENV_ENCRYPTION_KEYS,
+    ENV_MCP_PREFIX,
+    ENV_PROVIDER_PREFIX,
+    ENV_SECRET_NAMES,
+)
 
 __all__ = ["MASK", "Redactor", "learn"]
 
@@ -61,8 +67,9 @@ class Redactor:
         """The secrets of a run's environment: the variables named in
         ``ALPINEAGENTS_SECRET_ENV``, the model and store credentials (also from their
         ``*_FILE``), the encryption keys, MCP servers' values from Secrets
-        (``ALPINEAGENTS_MCP_*``), and any variable whose name says it is a
-        secret (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*API_KEY*``, ...)."""
+        (``ALPINEAGENTS_MCP_*``) and the model provider's (``ALPINEAGENTS_PROVIDER_*``),
+        and any variable whose name says it is a secret (``*TOKEN*``, ``*SECRET*``,
+        ``*PASSWORD*``, ``*API_KEY*``, ...)."""
         env = os.environ if env is None else env
         named = {n.strip() for n in env.get(ENV_SECRET_NAMES, "").split(",") if n.strip()}
         values: list[str] = []
@@ -74,6 +81,7 @@ class Redactor:
                 name in named
                 or name in CREDENTIAL_ENV
                 or name.startswith(ENV_MCP_PREFIX)
+                or name.startswith(ENV_PROVIDER_PREFIX)
                 or _SECRET_NAME.search(name)
             ):
                 if name.endswith("_FILE"):

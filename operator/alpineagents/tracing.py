@@ -95,9 +95,11 @@ class _Tracing:
 class _Attempt:
     """The span of one run attempt, current for the length of the run."""
 
-    def __init__(self, tracing: _Tracing, span: Span) -> None:
+    def __init__(self, tracing: _Tracing, span: Span, provider: str = PROVIDER) -> None:
         self.tracing = tracing
         self.span = span
+        self.provider = provider
+        """The ``gen_ai.provider.name`` of the run's model requests."""
         self.token: contextvars.Token[_Attempt | None] | None = None
         self.span_id = format(span.get_span_context().span_id, "016x")
         self.held: list[tuple[Span, int]] = []
@@ -218,8 +220,11 @@ def trace_id_of(state_id: str) -> int:
 
 
 # ---------------------------------------------------------------------- the Agent's hooks
-def begin_attempt(state: State, model: str) -> None:
-    """A run of ``state`` begins: open its attempt span (a no-op unless tracing is on)."""
+def begin_attempt(state: State, model: str, provider: str = PROVIDER) -> None:
+    """A run of ``state`` begins: open its attempt span (a no-op unless tracing is on).
+
+    ``provider`` is the ``gen_ai.provider.name`` of the run's model requests (``aws.bedrock``,
+    ``gcp.vertex_ai``, ...)."""
     tracing = _current()
     if tracing is None:
         return
@@ -235,8 +240,8 @@ def begin_attempt(state: State, model: str) -> None:
             links=links,
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.provider.name": PROVIDER,
-                "gen_ai.system": PROVIDER,
+                "gen_ai.provider.name": provider,
+                "gen_ai.system": provider,
                 "gen_ai.request.model": model,
                 "gen_ai.conversation.id": state.id,
                 "alpineagents.state.id": state.id,
@@ -249,10 +254,10 @@ def begin_attempt(state: State, model: str) -> None:
         span.set_attribute("alpineagents.state.parent_id", state.parent_id)
     if state.loaded_entries:
         try:
-            _resumed(tracing, state, span)
+            _resumed(tracing, state, span, provider)
         except Exception:  # a history it cannot read: the run goes on, untraced in part
             _log.warning("tracing: could not mark the resume of %s", state.id, exc_info=True)
-    attempt = _Attempt(tracing, span)
+    attempt = _Attempt(tracing, span, provider)
     attempt.token = _attempt.set(attempt)
 
 
@@ -343,8 +348,8 @@ async def _traced_chat(
     model = str(request.get("model", ""))
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": PROVIDER,
-        "gen_ai.system": PROVIDER,
+        "gen_ai.provider.name": attempt.provider,
+        "gen_ai.system": attempt.provider,
         "gen_ai.request.model": model,
     }
     if isinstance(request.get("max_tokens"), int):
@@ -421,7 +426,7 @@ async def _traced_tool(attempt: _Attempt, call: ToolCall, work: Coroutine[Any, A
         span.end()
 
 
-def _resumed(tracing: _Tracing, state: State, span: Span) -> None:
+def _resumed(tracing: _Tracing, state: State, span: Span, provider: str) -> None:
     """Mark a resumed attempt, and rebuild the attempt that was lost (its pod is gone)."""
     closing = state.history[state.loaded_entries :]
     aborted = [e for e in closing if e.kind == "tool_result" and e.outcome == "aborted"]
@@ -446,8 +451,8 @@ def _resumed(tracing: _Tracing, state: State, span: Span) -> None:
             context=tracing.trace.set_span_in_context(tracing.trace.INVALID_SPAN),
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.provider.name": PROVIDER,
-                "gen_ai.system": PROVIDER,
+                "gen_ai.provider.name": provider,
+                "gen_ai.system": provider,
                 "gen_ai.request.model": model,
                 "gen_ai.conversation.id": state.id,
                 "alpineagents.state.id": state.id,
@@ -486,8 +491,8 @@ def _resumed(tracing: _Tracing, state: State, span: Span) -> None:
             context=context,
             attributes={
                 "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": PROVIDER,
-                "gen_ai.system": PROVIDER,
+                "gen_ai.provider.name": provider,
+                "gen_ai.system": provider,
                 "gen_ai.request.model": model,
                 "error.type": "lost",
             },

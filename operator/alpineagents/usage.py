@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from .model_ids import anthropic_model_id
+
 __all__ = ["PRICES", "USAGE_KEYS", "Budget", "Price", "cost_usd", "price_for", "prompt_tokens"]
 
 USAGE_KEYS = (
@@ -60,9 +62,14 @@ def price_for(model: str, prices: Mapping[str, Price] | None = None) -> tuple[Pr
     """The price of ``model`` and whether a table knew it (else a Sonnet-class guess).
 
     ``prices`` (model id or id prefix → Price) is looked at before :data:`PRICES`; the
-    longest matching prefix wins."""
+    longest matching prefix wins. A provider's spelling of the id (Bedrock's
+    ``us.anthropic.claude-...-v1:0``, Vertex AI's ``claude-...@date``) matches as it is in
+    ``prices``, and as the Anthropic id in both tables."""
+    ids = {model, anthropic_model_id(model)}
     for table in ((prices or {}).items(), PRICES):
-        matches = [(prefix, price) for prefix, price in table if model.startswith(prefix)]
+        matches = [
+            (prefix, price) for prefix, price in table if any(i.startswith(prefix) for i in ids)
+        ]
         if matches:
             return max(matches, key=lambda match: len(match[0]))[1], True
     return _FALLBACK, False

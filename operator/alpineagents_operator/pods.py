@@ -61,6 +61,7 @@ from alpineagents.pod_contract import (
     STANDBY_LABEL,
     TERMINATION_MESSAGE_PATH,
     mcp_secret_refs,
+    provider_secret_refs,
 )
 
 from .config import OperatorConfig
@@ -421,6 +422,9 @@ def _env(run: AgentRunView, attempt: int, config: OperatorConfig) -> list[JSON]:
         {"name": ENV_TERMINATION_MESSAGE_PATH, "value": TERMINATION_MESSAGE_PATH},
     ]
     ours.extend(_secret_env(ref.variable, ref.secret, ref.key) for ref in mcp_secret_refs(run.spec))
+    ours.extend(
+        _secret_env(ref.variable, ref.secret, ref.key) for ref in provider_secret_refs(run.spec)
+    )
     ours += _common_env(config, uses_run_credentials(run, config))
     # The runner's contract variables are the operator's; the rest the AgentRun may override.
     fixed = {item["name"] for item in ours if str(item["name"]).startswith(ENV_PREFIX)}

@@ -32,7 +32,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from alpineagents.pod_contract import STANDBY_LABEL, Assignment, mcp_secret_refs
+from alpineagents.pod_contract import (
+    STANDBY_LABEL,
+    Assignment,
+    mcp_secret_refs,
+    provider_secret_refs,
+)
 from alpineagents.store import redact
 from alpineagents.store.s3.standby_boxes import StandbyBoxes
 
@@ -148,6 +153,8 @@ def pool_misfit(run: AgentRunView, config: OperatorConfig) -> str | None:
         return "spec.store is not the pool's store"
     if mcp_secret_refs(spec):
         return "its MCP servers' values from Secrets go in its own pod"
+    if provider_secret_refs(spec):
+        return "its model provider's values from Secrets go in its own pod"
     return None
 
 

@@ -18,6 +18,7 @@ from ..model import Retry
 from ..pacing import Pacer, SharedPacer, key_fingerprint
 from ..permissions import Decision, Policy
 from ..pod_contract import ENV_PACER, ENV_PACER_SHARE
+from ..providers import Provider, ProviderError
 from ..state import ToolCall, error_text
 from .long_run_spec import prices_from
 from .spec import RunPlan, SpecError
@@ -80,6 +81,11 @@ def build_agent(
     if "budget" in plan.spec:
         agent.budget = long_run.budget
     agent.prices = prices_from(env, SpecError) or agent.prices
+    if plan.spec.get("provider") is not None:
+        try:
+            agent.provider = Provider.from_spec(plan.spec["provider"], env)
+        except ProviderError as error:
+            raise SpecError(error.where, error.problem) from None
     servers = _mcp_servers(plan, env)
     agent.toolsets.extend(servers)
     if plan.require_approval:

@@ -299,7 +299,7 @@ class _Run:
         except Exception as error:
             return self.result(ExitCode.RETRYABLE, "retryable", _store_problem(store, error))
         state = self.state
-        if state.answer is None and not _has_credentials(self.environ):
+        if state.answer is None and not _has_credentials(self.environ, plan):
             return self.result(
                 ExitCode.NOT_RETRYABLE,
                 "failed",
@@ -435,7 +435,10 @@ def _store_problem(store: Store, error: BaseException) -> str:
     return f"{kind}: {store!r}: {error_text(error)}"
 
 
-def _has_credentials(environ: Mapping[str, str]) -> bool:
+def _has_credentials(environ: Mapping[str, str], plan: RunPlan) -> bool:
+    provider = plan.spec.get("provider")
+    if isinstance(provider, Mapping) and provider.get("type", "anthropic") != "anthropic":
+        return True  # the cloud's own identity: its SDK says what is missing, if anything
     return bool(environ.get("ANTHROPIC_API_KEY") or environ.get("ANTHROPIC_AUTH_TOKEN"))
 
 

@@ -88,6 +88,7 @@ _SPEC_FIELDS = (
     "requireApproval",
     "approvals",
     "mcpServers",
+    "provider",
     *_LONG_RUN_FIELDS,
 )
 # The rest of the CRD's spec fields (crds/agentrun.yaml; a test keeps the two lists equal).

@@ -1,0 +1,145 @@
+"""Runs on AWS Bedrock: the SDK's AnthropicBedrock against a scripted Bedrock that verifies
+each request's SigV4 signature, with keys the SDK got from a local STS for the pod's
+web-identity token (as IRSA gives them)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import pytest
+
+from alpineagents import Agent, FileStore, Message, State, tool
+from alpineagents.providers import Provider
+from alpineagents.testing import ModelServer, error, reply, tool_use
+from alpineagents.testing.bedrock_wire import BedrockServer, LocalSTS
+
+ROLE = "arn:aws:iam::123456789012:role/alpineagents-runs"
+TOKEN = "projected-service-account-token-for-sts"
+MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+# The SDK keeps one boto3 session per region for the process: a region per test keeps
+# each test's keys its own STS's.
+_regions = (f"us-test-{n}" for n in itertools.count(1))
+
+
+@pytest.fixture
+def model() -> Iterator[ModelServer]:
+    with ModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+def bedrock(
+    model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[BedrockServer]:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with LocalSTS(ROLE, TOKEN) as sts, BedrockServer(model, sts, next(_regions)) as server:
+        for name, value in sts.env(str(token_file)).items():
+            monkeypatch.setenv(name, value)
+        yield server
+
+
+def provider(server: BedrockServer) -> Provider:
+    return Provider(type="bedrock", region=server.region, base_url=server.url)
+
+
+@tool
+def lookup(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def test_a_run_answers_through_bedrock_with_keys_from_the_web_identity_exchange(
+    model: ModelServer, bedrock: BedrockServer, tmp_path: Path
+) -> None:
+    model.add(reply("Let me look.", tool_use("lookup", {"city": "Lyon"})), reply("Sunny."))
+    store = FileStore(tmp_path / "states")
+    agent = Agent(MODEL, store, tools=[lookup], provider=provider(bedrock))
+    state = State("weather", [Message.user("What is the weather in Lyon?")])
+
+    assert agent.run(state) == "Sunny."
+
+    assert bedrock.model_ids == [MODEL, MODEL]  # the Bedrock id, in the path
+    assert bedrock.refused == []
+    assert bedrock.sts.exchanges >= 1
+    assert [e.outcome for e in state.history if e.kind == "tool_result"] == ["ok"]
+    saved = _all_text(tmp_path / "states")
+    for secret, token in bedrock.sts.issued.values():
+        assert secret not in saved and token not in saved
+    assert TOKEN not in saved
+
+
+def test_prompt_caching_usage_comes_through_bedrock(
+    model: ModelServer, bedrock: BedrockServer
+) -> None:
+    long_system = "You answer briefly. " * 400  # past the 1,024 tokens a cache entry needs
+    model.add(reply("One."), reply("Two."))
+    agent = Agent(MODEL, system=long_system, provider=provider(bedrock))
+    state = State("cached", [Message.user("first")])
+    agent.run(state)
+    state.send("second")
+    agent.run(state)
+
+    first, second = (e.data["usage"] for e in state.history if e.kind == "model_reply")
+    assert first["cache_creation_input_tokens"] > 0
+    assert second["cache_read_input_tokens"] >= first["cache_creation_input_tokens"]
+    assert state.cost_usd > 0  # priced as the Anthropic id the Bedrock id names
+
+
+def test_a_bedrock_throttle_and_a_503_are_waits_not_failures(
+    model: ModelServer, bedrock: BedrockServer
+) -> None:
+    model.add(error(429), error(529), reply("Done after waiting."))
+    waits: list[str] = []
+    agent = Agent(
+        MODEL,
+        provider=provider(bedrock),
+        on_throttle=lambda state, throttle: waits.append(throttle.limit),
+    )
+    state = State("throttled", [Message.user("go")])
+
+    assert agent.run(state) == "Done after waiting."
+    assert waits == ["requests", "overloaded"]
+    assert not [e for e in state.history if e.kind == "model_error"]
+
+
+def test_a_request_signed_with_the_wrong_secret_is_refused(
+    model: ModelServer, bedrock: BedrockServer
+) -> None:
+    model.add(reply("never sent"))
+    key, (secret, token) = _issued_keys(bedrock)
+    asked = len(model.requests)
+    forged = anthropic.AnthropicBedrock(
+        aws_access_key=key,
+        aws_secret_key=secret[:-2] + "xx",
+        aws_session_token=token,
+        aws_region=bedrock.region,
+        base_url=bedrock.url,
+        max_retries=0,
+    )
+    with pytest.raises(anthropic.PermissionDeniedError):
+        forged.messages.create(
+            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert any("signature" in why for why in bedrock.refused)
+    assert len(model.requests) == asked  # refused before the model was asked
+
+
+def _issued_keys(bedrock: BedrockServer) -> tuple[str, tuple[str, str]]:
+    """Keys the STS issued (one run through the SDK makes it issue some)."""
+    assert bedrock.model is not None
+    bedrock.model.add(reply("warm"))
+    Agent(MODEL, provider=provider(bedrock)).run(State("warm", [Message.user("hi")]))
+    return next(iter(bedrock.sts.issued.items()))
+
+
+def _all_text(folder: Path) -> str:
+    return "\n".join(p.read_text() for p in folder.rglob("*") if p.is_file())
