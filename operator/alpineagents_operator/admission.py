@@ -68,6 +68,9 @@ class Verdict:
     message: str = ""
     place: int = 0
     """1 for the next in line."""
+    withdrawn: bool = False
+    """The place the run holds was taken back (Kueue evicted its Workload): its pod
+    stops gracefully and it queues again (:mod:`.kueue_admission`)."""
 
 
 def parse_cap(value: object, where: str) -> int | None:

@@ -107,6 +107,11 @@ class Cluster:
     def close(self) -> None:
         self._api_client.close()
 
+    @property
+    def api_client(self) -> Any:
+        """The ``kubernetes.client.ApiClient`` this talks through (for other APIs' calls)."""
+        return self._api_client
+
     # ------------------------------------------------------------------ AgentRuns
     def get_run(self, namespace: str, name: str) -> JSON | None:
         """The AgentRun, or None if there is none."""

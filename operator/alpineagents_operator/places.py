@@ -2,7 +2,9 @@
 place taken as the step is carried out, and the next in line stepped when one frees.
 
 Without caps (no ``admission.*`` chart value) every call here does nothing and
-:meth:`Places.verdict` is None, so :func:`~.decide.decide` never queues a run.
+:meth:`Places.verdict` is None, so :func:`~.decide.decide` never queues a run. A run
+labelled with a Kueue LocalQueue is judged by Kueue instead (:mod:`.kueue_admission`),
+where it is enabled and served, and holds no place under the caps.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from .admission import NO_PLACE, Admission, Caps, NamespaceCaps, Verdict
 from .cluster import Cluster
 from .config import OperatorConfig
 from .decide import Decision
+from .kueue_admission import KueueAdmission, WorkloadApi
 from .metrics import OperatorMetrics
 from .views import AgentRunView
 from .watched import RunKey
@@ -32,6 +35,11 @@ class Places:
         metrics: OperatorMetrics | None = None,
     ) -> None:
         self._requeue = requeue
+        self.kueue: KueueAdmission | None = None
+        """None: Kueue does not admit runs here (``admission.kueue.enabled`` off)."""
+        if config.kueue:
+            api = WorkloadApi(cluster.api_client)
+            self.kueue = KueueAdmission(config, api, requeue, cluster.list_pods)
         self._namespace_caps: NamespaceCaps | None = None
         self.ledger: Admission | None = None
         """None: no caps in force."""
@@ -44,13 +52,20 @@ class Places:
             if metrics is not None:
                 metrics.watch_admission(self._figures)
 
-    async def refresh(self, namespace: str) -> None:
-        """Read the namespace's own cap if it is due (off the event loop)."""
+    async def refresh(self, run: AgentRunView) -> None:
+        """Read the run's namespace's own cap if it is due (off the event loop), and
+        bring its Kueue Workload in line with it."""
+        namespace = run.namespace
         if self._namespace_caps is not None and self._namespace_caps.due(namespace):
             await asyncio.to_thread(self._namespace_caps.read, namespace)
+        if self.kueue is not None:
+            await self.kueue.refresh(run)
 
     def verdict(self, run: AgentRunView) -> Verdict | None:
         """Whether ``run`` may start a pod now (None: no caps); takes nothing."""
+        if self._by_kueue(run):
+            assert self.kueue is not None
+            return self.kueue.verdict(run)
         if self.ledger is None:
             return None
         if run.status.admitted or self.ledger.holds((run.namespace, run.name)):
@@ -64,6 +79,8 @@ class Places:
         meanwhile, the decision made again with the verdict that says so."""
         if self.ledger is None or decision.status.get("admitted") is not True:
             return decision
+        if self._by_kueue(run):
+            return decision
         verdict = self.ledger.admit(run)
         return decision if verdict.admitted else redecide(verdict)
 
@@ -72,10 +89,15 @@ class Places:
         none, as a run that found its answer saved once it had a place) goes to the next."""
         given_up = "admitted" in decision.status and decision.status["admitted"] is None
         if given_up or decision.status.get("phase") in NO_PLACE:
-            self.gone((run.namespace, run.name))
+            self._released((run.namespace, run.name))
 
     def gone(self, key: RunKey) -> None:
-        """``key`` holds no place any more (ended, deleted): step the next in line."""
+        """``key`` is gone (deleted): its Workload goes, and the next in line is stepped."""
+        if self.kueue is not None:
+            self.kueue.forget(key)
+        self._released(key)
+
+    def _released(self, key: RunKey) -> None:
         if self.ledger is None:
             return
         self.ledger.release(key)
@@ -95,6 +117,9 @@ class Places:
 
     def run_seen(self, run: AgentRunView, *, gone: bool) -> None:
         """An AgentRun as the watch delivered it."""
-        if self.ledger is None:
+        if self.ledger is None or self._by_kueue(run):
             return
         self.ledger.run_seen(run, gone=gone)
+
+    def _by_kueue(self, run: AgentRunView) -> bool:
+        return self.kueue is not None and self.kueue.governs(run)

@@ -228,6 +228,9 @@ class AgentRunView:
     deleting: bool = False
     created_at: str | None = None
     """``metadata.creationTimestamp``: a run's age, for its place in line."""
+    queue_name: str | None = None
+    """Its label ``kueue.x-k8s.io/queue-name``: the Kueue LocalQueue that admits it
+    (:mod:`.kueue_admission`)."""
 
     @property
     def suspend(self) -> bool:
@@ -307,6 +310,7 @@ class AgentRunView:
             status=RunStatus.from_status(body.get("status")),
             deleting=bool(meta.get("deletionTimestamp")),
             created_at=meta.get("creationTimestamp") or None,
+            queue_name=(meta.get("labels") or {}).get("kueue.x-k8s.io/queue-name") or None,
         )
 
 
