@@ -286,6 +286,7 @@ def test_the_replicas_elect_one_leader_with_the_charts_lease(helm: Helm) -> None
         10.0,
         2.0,
     )
+    assert parsed.holder_pod  # a standby takes over once the holder's pod shows it dead
     # A drain keeps one replica; with one replica a budget would block every drain.
     (budget,) = kinds["PodDisruptionBudget"]
     pod_labels = _operator_deployment(objects)["spec"]["template"]["metadata"]["labels"]
@@ -420,7 +421,9 @@ def _assert_leader_role_is_the_one_lease(objects: list[dict[str, Any]], namespac
             "resources": ["leases"],
             "resourceNames": ["test-alpineagents-operator"],
             "verbs": ["get", "update"],
-        }
+        },
+        # A standby reads the holder's pod (lease_holder.py): get, nothing more.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
     ]
 
 
@@ -632,6 +635,10 @@ def test_the_installed_service_account_may_do_its_job_and_nothing_more(
         ]:
             assert not _can(plane, account, verb, resource, release_ns), (verb, resource)
         assert not _can(plane, account, "get", lease, runs_a)
+        # The holder's pod, read by a standby: get only, in the release namespace.
+        assert _can(plane, account, "get", "pods", release_ns)
+        for verb in ("list", "watch", "delete"):
+            assert not _can(plane, account, verb, "pods", release_ns), verb
         # Not watched: neither the release's own namespace nor any other.
         assert not _can(plane, account, "create", "pods", release_ns)
         assert not _can(plane, account, "list", "agentruns.alpineagents.dev", "default")
@@ -1408,3 +1415,17 @@ def test_the_shared_limiter_is_one_pod_runs_reach_and_nothing_else(helm: Helm) -
     assert not [d for d in _kinds(off)["Deployment"] if d["metadata"]["name"].endswith("-pacer")]
     [spec] = _run_pod_policies(off).values()
     assert len(spec["egress"]) == 3  # DNS, model, store
+
+
+def test_kueue_is_off_by_default_and_adds_only_the_workloads_it_makes(helm: Helm) -> None:
+    off = helm.template({})
+    _leader_role(off)
+    assert _rules(off, "Role") == _OPERATOR_NEEDS
+    assert _operator_settings(off)["ALPINEAGENTS_KUEUE"] == "false"
+    on = helm.template({"admission": {"kueue": {"enabled": True}}})
+    _leader_role(on)
+    assert _rules(on, "Role") == _OPERATOR_NEEDS | {
+        *(("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch", "create", "delete")),
+        ("kueue.x-k8s.io", "workloads/status", "patch"),
+    }
+    assert _operator_settings(on)["ALPINEAGENTS_KUEUE"] == "true"
