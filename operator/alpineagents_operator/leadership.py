@@ -33,6 +33,12 @@ Settings come from the environment (the Helm chart sets them):
                                                looks (default 2)
 ``POD_ID``                                     this replica's name in the Lease (the
                                                chart passes the pod's name)
+``ALPINEAGENTS_LEASE_HOLDER_POD``              ``true``: ``POD_ID`` is this replica's pod,
+                                               in the Lease's namespace; a standby then
+                                               takes the Lease as soon as its holder's pod
+                                               shows the holder dead, without waiting out
+                                               the lease (:mod:`.lease_holder`; the chart
+                                               sets it)
 =============================================  ==========================================
 """
 
@@ -52,6 +58,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .cluster import failure_text
+from .lease_holder import HolderLiveness, api_pod_reader
 
 _log = logging.getLogger(__name__)
 
@@ -77,6 +84,9 @@ class LeaseSettings:
     """A leader that has not renewed within this stops acting (shorter than the lease)."""
     retry_seconds: float = 2.0
     """Between two renewals by the leader, and two reads by a standby."""
+    holder_pod: bool = False
+    """Replicas are pods named by ``POD_ID`` in the Lease's namespace: a standby reads the
+    holder's pod and takes the Lease once the pod shows the holder dead."""
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_seconds < self.renew_deadline_seconds < self.lease_seconds:
@@ -125,7 +135,15 @@ class LeaseSettings:
                 "ALPINEAGENTS_LEASE_RENEW_DEADLINE_SECONDS", cls.renew_deadline_seconds
             ),
             retry_seconds=number("ALPINEAGENTS_LEASE_RETRY_SECONDS", cls.retry_seconds),
+            holder_pod=_flag(env, "ALPINEAGENTS_LEASE_HOLDER_POD"),
         )
+
+
+def _flag(env: Mapping[str, str], variable: str) -> bool:
+    text = env.get(variable, "").strip().lower()
+    if text not in ("", "true", "false"):
+        raise ValueError(f"{variable} must be true or false, got {text!r}")
+    return text == "true"
 
 
 class LeaseMissing(Exception):
@@ -158,10 +176,15 @@ class LeaderElector:
         settings: LeaseSettings,
         api_client: Any,
         on_lost: Callable[[str], None] = _exit_process,
+        holder_liveness: HolderLiveness | None = None,
     ) -> None:
         from kubernetes import client
 
         self.settings = settings
+        if holder_liveness is None and settings.holder_pod:
+            reader = api_pod_reader(api_client, settings.namespace, settings.renew_deadline_seconds)
+            holder_liveness = HolderLiveness(settings.identity, reader)
+        self._liveness = holder_liveness
         self._api: Any = client.CoordinationV1Api(api_client)  # typed for models, not dicts
         self._on_lost = on_lost
         self._lock = threading.Lock()
@@ -211,13 +234,18 @@ class LeaderElector:
                 if record != observed:
                     observed, observed_at = record, time.monotonic()
                 holder = spec.get("holderIdentity") or ""
+                if self._liveness is not None and self.holder and holder != self.holder:
+                    self._liveness.forget(self.holder)
                 self.holder = holder
                 if holder and holder != announced:
                     _log.info("standing by: Lease %s is held by %s", self._where(), holder)
                     announced = holder
                 duration = float(spec.get("leaseDurationSeconds") or settings.lease_seconds)
                 free = not holder or time.monotonic() > observed_at + duration
-                if free and self._take(lease, sent, previous=holder):
+                dead = "" if free or self._liveness is None else self._liveness.dead(holder)
+                if dead:
+                    _log.info("the Lease's holder %s is dead: %s; taking it now", holder, dead)
+                if (free or dead) and self._take(lease, sent, previous=holder):
                     return True
             if stop is not None:
                 stop.wait(settings.retry_seconds)
