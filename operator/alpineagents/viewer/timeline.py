@@ -5,9 +5,10 @@ a time, in the order they were saved, and returns the rows each batch created or
 The page keeps rows by id and replaces a changed one, so following a live run costs only
 what is new: a tool call's row is made when the model asks for the call and changed when
 its result arrives. On the wire a row is a list in the order of :data:`ROW_COLUMNS`
-(:meth:`Row.as_list`, times as epoch milliseconds), and the page asks for rows a page
-at a time (:meth:`Timeline.page`) as they scroll into view, so opening a run of 10,000
-entries sends a screenful, not the history.
+(:meth:`Row.as_list`, times as epoch milliseconds; the row types are :mod:`.rows`,
+re-exported here), and the page asks for rows a page at a time (:meth:`Timeline.page`)
+as they scroll into view, so opening a run of 10,000 entries sends a screenful, not the
+history.
 
 Rows, in history order:
 
@@ -28,169 +29,40 @@ Rows, in history order:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from json.encoder import encode_basestring
-from typing import Any, Literal
+from typing import Any
 
 from alpineagents import Message
 from alpineagents.state import MODEL_STOPPED, UNKNOWN_RESULT
 from alpineagents.usage import USAGE_KEYS, prompt_tokens
 
 from .attempts import Attempts, is_persons_answer
-
-RowKind = Literal["message", "model", "call", "sent", "compaction", "stop", "attempt", "note"]
-TEXT_LIMIT = 300  # characters of a row's one-line text; the whole entry opens on demand
-PLOT_POINTS = 240  # points of the token plot sent to the page, however long the run
-ROW_COLUMNS = (
-    "order",
-    "id",
-    "kind",
-    "seqs",
-    "title",
-    "text",
-    "status",
-    "start",
-    "end",
-    "turn",
-    "attempt",
-    "tokens",
-    "call_id",
-    "lost",
+from .rows import (
+    JSON,
+    PLOT_POINTS,
+    ROW_COLUMNS,
+    TEXT_LIMIT,
+    WAITING_FOR_RESUME,
+    AwaitingCall,
+    Row,
+    RowKind,
+    Summary,
+    brief,
+    millis,
+    one_line,
 )
-"""The fields of a row on the wire, in the order of :meth:`Row.as_list`."""
 
-JSON = dict[str, Any]
-WAITING_FOR_RESUME = "waiting_for_resume"
-"""A run stopped for approval whose calls a person answered: it goes on when run again."""
-
-
-@dataclass
-class Row:
-    """One line of the timeline. ``seqs`` are the history entries it shows."""
-
-    id: str
-    kind: RowKind
-    order: int
-    seqs: list[int]
-    title: str
-    text: str
-    status: str = ""
-    start: str | None = None
-    end: str | None = None
-    turn: int | None = None
-    attempt: int = 1
-    tokens: dict[str, int] | None = None
-    call_id: str | None = None
-    lost: bool = False
-    """Ended with a lost process: ``end`` is the lost process's last save (the closing
-    entries carry its time), a lower bound: the call ran at least until then."""
-
-    @property
-    def seq(self) -> int | None:
-        """The entry the row's ``#`` names: a call's latest (its result, once it has
-        one), any other row's first."""
-        if not self.seqs:
-            return None
-        return self.seqs[-1] if self.kind == "call" else self.seqs[0]
-
-    def as_list(self) -> list[Any]:
-        """The row as the page gets it: its fields in :data:`ROW_COLUMNS` order, ``start``
-        and ``end`` as epoch milliseconds, ``tokens`` as ``[input, output]``."""
-        return [
-            self.order,
-            self.id,
-            self.kind,
-            self.seqs,
-            self.title,
-            self.text,
-            self.status,
-            _millis(self.start),
-            _millis(self.end),
-            self.turn,
-            self.attempt,
-            [self.tokens["input_tokens"], self.tokens["output_tokens"]] if self.tokens else None,
-            self.call_id,
-            self.lost,
-        ]
-
-    def to_json(self) -> JSON:
-        """The row as a dict (for programs; the page gets :meth:`as_list`)."""
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "order": self.order,
-            "seq": self.seq,
-            "seqs": list(self.seqs),
-            "title": self.title,
-            "text": self.text,
-            "status": self.status,
-            "start": self.start,
-            "end": self.end,
-            "turn": self.turn,
-            "attempt": self.attempt,
-            "tokens": self.tokens,
-            "call_id": self.call_id,
-            "lost": self.lost,
-        }
-
-
-@dataclass(frozen=True)
-class AwaitingCall:
-    """A tool call waiting for a person's answer: what a person needs to decide."""
-
-    call_id: str
-    name: str
-    input: Mapping[str, Any]
-    seq: int
-
-    def to_json(self) -> JSON:
-        return {
-            "call_id": self.call_id,
-            "name": self.name,
-            "input": dict(self.input),
-            "seq": self.seq,
-        }
-
-
-@dataclass
-class Summary:
-    """The run at a glance, as far as its history tells."""
-
-    entries: int = 0
-    turns: int = 0
-    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_KEYS, 0))
-    cost_usd: float = 0.0
-    stopped: str | None = None
-    """The last ``stop`` entry's reason while nothing came after it, else None (open);
-    :data:`WAITING_FOR_RESUME` once a person answered every call it waited on."""
-    attempts: int = 1
-    aborted_calls: int = 0
-    answer: str | None = None
-    awaiting: list[AwaitingCall] = field(default_factory=list)
-    updated_at: str | None = None
-    rows: int = 0
-    """How many rows the timeline has (the page asks for the ones it shows)."""
-    usage_over_time: list[tuple[int, int, int, int]] = field(default_factory=list)
-    """``(epoch ms, input tokens so far (cached or not), output tokens so far, input tokens
-    read from the cache so far)``: at the first model request, then at each reply."""
-
-    def to_json(self) -> JSON:
-        return {
-            "entries": self.entries,
-            "turns": self.turns,
-            "usage": dict(self.usage),
-            "cost_usd": round(self.cost_usd, 6),
-            "stopped": self.stopped,
-            "attempts": self.attempts,
-            "aborted_calls": self.aborted_calls,
-            "answer": self.answer,
-            "awaiting": [call.to_json() for call in self.awaiting],
-            "updated_at": self.updated_at,
-            "rows": self.rows,
-            "usage_over_time": _thinned(self.usage_over_time, PLOT_POINTS),
-        }
-
+__all__ = [
+    "JSON",
+    "PLOT_POINTS",
+    "ROW_COLUMNS",
+    "TEXT_LIMIT",
+    "WAITING_FOR_RESUME",
+    "AwaitingCall",
+    "Row",
+    "RowKind",
+    "Summary",
+    "Timeline",
+]
 
 _STOP_STATUS = {
     "answered": "ok",
@@ -328,7 +200,7 @@ class Timeline:
             role = message.role if message else "user"
             return [
                 self._row(
-                    "message", f"e{seq}", seq, title=role, text=_one_line(_text_of(message, text))
+                    "message", f"e{seq}", seq, title=role, text=one_line(_text_of(message, text))
                 )
             ]
         if kind == "waiting":
@@ -337,7 +209,7 @@ class Timeline:
                 f"e{seq}",
                 seq,
                 title="sent while running",
-                text=_one_line(_text_of(_message(data), text)),
+                text=one_line(_text_of(_message(data), text)),
                 status="waiting",
                 start=time,
             )
@@ -352,7 +224,7 @@ class Timeline:
             return [sent]
         if kind == "model_request":
             if not self.summary.usage_over_time:
-                self.summary.usage_over_time.append((_millis(time) or 0, 0, 0, 0))
+                self.summary.usage_over_time.append((millis(time) or 0, 0, 0, 0))
             model = str(data.get("model") or "model")
             self._model = self._row(
                 "model", f"m{seq}", seq, title=model, text=f"asking {model}", status="running"
@@ -370,7 +242,7 @@ class Timeline:
             row.lost = text == MODEL_STOPPED
             row.status = "aborted" if row.lost else "error"
             row.end = time
-            row.text = _one_line(text)
+            row.text = one_line(text)
             return [row]
         if kind == "approval_request":
             return self._asked(seq, text, data)
@@ -395,7 +267,7 @@ class Timeline:
                     f"e{seq}",
                     seq,
                     title="compaction" if kind == "compaction" else "cleared",
-                    text=_one_line(text),
+                    text=one_line(text),
                     start=time,
                 )
             ]
@@ -407,7 +279,7 @@ class Timeline:
                 f"e{seq}",
                 seq,
                 title="stop",
-                text=_one_line(text),
+                text=one_line(text),
                 status=_STOP_STATUS.get(reason, ""),
                 start=time,
             )
@@ -431,7 +303,7 @@ class Timeline:
         if time:
             self.summary.usage_over_time.append(
                 (
-                    _millis(time) or 0,
+                    millis(time) or 0,
                     prompt_tokens(usage_so_far),
                     usage_so_far["output_tokens"],
                     usage_so_far["cache_read_input_tokens"],
@@ -440,7 +312,7 @@ class Timeline:
         self.summary.turns += 1
         reply_text = message.text if message else text
         row.title = str(data.get("model") or row.title)
-        row.text = _one_line(reply_text) if reply_text else _one_line(text)
+        row.text = one_line(reply_text) if reply_text else one_line(text)
         touched = [row]
         if calls:
             row.status = "ok"
@@ -449,7 +321,7 @@ class Timeline:
             for index, block in enumerate(calls):
                 call_id = str(block.get("id"))
                 call_input = block.get("input") or {}
-                shown = _brief(call_input)
+                shown = brief(call_input)
                 call = self._row(
                     "call",
                     f"c{seq}.{index}",
@@ -515,7 +387,7 @@ class Timeline:
         # A call lost with its process ended somewhere before the next process closed it.
         call.lost = outcome == "aborted" and text == UNKNOWN_RESULT
         call.end = time
-        call.text = _one_line(f"{self._shown_inputs.get(call_id, '')} → {text}")
+        call.text = one_line(f"{self._shown_inputs.get(call_id, '')} → {text}")
         if outcome == "aborted":
             self.summary.aborted_calls += 1
         self.summary.awaiting = [c for c in self.summary.awaiting if c.call_id != call_id]
@@ -548,7 +420,7 @@ class Timeline:
         return row
 
     def _note(self, seq: int, kind: str, text: str) -> Row:
-        return self._row("note", f"e{seq}", seq, title=kind, text=_one_line(text))
+        return self._row("note", f"e{seq}", seq, title=kind, text=one_line(text))
 
 
 def _message(data: Mapping[str, Any]) -> Message | None:
@@ -565,76 +437,3 @@ def _text_of(message: Message | None, fallback: str) -> str:
     if message is None:
         return fallback
     return message.text or fallback
-
-
-def _one_line(text: str) -> str:
-    # Only the start of a long text can show: split no more of it than that.
-    line = " ".join(text[: TEXT_LIMIT * 4].split())
-    if len(line) <= TEXT_LIMIT and len(text) <= TEXT_LIMIT * 4:
-        return line
-    return line[: TEXT_LIMIT - 1] + "…"
-
-
-def _brief(value: Any) -> str:
-    """A tool call's input on one line, as compact JSON cut at :data:`TEXT_LIMIT`.
-
-    Written out only as far as it shows, so a call with a large input (a file's whole
-    text) costs no more than a small one; no ``json.dumps`` a call.
-    """
-    parts: list[str] = []
-    _write_brief(value, parts, [0])
-    return _one_line("".join(parts))
-
-
-def _write_brief(value: Any, parts: list[str], used: list[int]) -> None:
-    if used[0] > TEXT_LIMIT:
-        return
-    if isinstance(value, str):
-        piece = encode_basestring(value[: TEXT_LIMIT + 1])
-    elif isinstance(value, Mapping):
-        parts.append("{")
-        used[0] += 1
-        for index, (key, item) in enumerate(value.items()):
-            if used[0] > TEXT_LIMIT:
-                break
-            key_text = (", " if index else "") + encode_basestring(str(key)) + ": "
-            parts.append(key_text)
-            used[0] += len(key_text)
-            _write_brief(item, parts, used)
-        piece = "}"
-    elif isinstance(value, list | tuple):
-        parts.append("[")
-        used[0] += 1
-        for index, item in enumerate(value):
-            if used[0] > TEXT_LIMIT:
-                break
-            if index:
-                parts.append(", ")
-            _write_brief(item, parts, used)
-        piece = "]"
-    elif value is None or isinstance(value, bool):
-        piece = {None: "null", True: "true", False: "false"}[value]
-    else:
-        piece = str(value)
-    parts.append(piece)
-    used[0] += len(piece)
-
-
-def _millis(time: str | None) -> int | None:
-    """An entry's ISO time as epoch milliseconds (what the page computes with)."""
-    if not time:
-        return None
-    try:
-        moment = datetime.fromisoformat(time)
-    except ValueError:
-        return None
-    return round(moment.timestamp() * 1000)
-
-
-def _thinned(points: list[tuple[int, int, int, int]], most: int) -> list[tuple[int, int, int, int]]:
-    """At most ``most`` of ``points``, evenly spread, the last always kept."""
-    if len(points) <= most:
-        return list(points)
-    step = -(-len(points) // (most - 1))
-    kept = points[::step]
-    return kept if kept[-1] == points[-1] else [*kept, points[-1]]
