@@ -14,9 +14,10 @@ computed from the figures, and the command, commit, date and machine) and its pa
 record. A section whose servers are missing this time keeps its last record and is listed
 as not run. MinIO comes from the test bench (``python -m tests.bench.testbin minio``),
 PostgreSQL from the distribution; the sections on the bench's real node (``resume``,
-``drain``, ``rolling-upgrade``, ``warm-pool``, ``warm-pool-burst``) need root, and run the
-whole command under ``flock /tmp/alpineagents-realnode.lock``. A correctness check that
-fails (what a load gives back is not what was saved) stops the run with an error.
+``failover-node``, ``drain``, ``rolling-upgrade``, ``warm-pool``, ``warm-pool-burst``)
+need root, and run the whole command under ``flock /tmp/alpineagents-realnode.lock``. A
+correctness check that fails (what a load gives back is not what was saved) stops the
+run with an error.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Run from the repository root::
 
     python -m benchmarks.failover [--trials 20] [--runs 20]
 
-Part of ``python -m benchmarks`` too (section ``failover``). It needs only a control plane
+Part of ``python -m benchmarks`` too (section ``failover``; section ``failover-node`` is
+the same on the real node, :mod:`benchmarks.node_failover`). It needs only a control plane
 (the bench's etcd + kube-apiserver, no node: pods stay Pending, which is all "the run has
 its pod" asks) and runs the operator as its own processes, two at a time, each a replica
 with the chart's Lease election settings (``operator.leaderElection`` in
@@ -235,11 +236,15 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
 
     del repeats, postgres
     page.order = ORDER
-    what = "operator failover: leader SIGKILLed → the standby's next reconcile (p50 / p95)"
+    what = (
+        "operator failover, control plane only (replicas as processes, no pods: the Lease "
+        "runs out, as after a node's loss): leader SIGKILLed → the standby's next reconcile "
+        "(p50 / p95)"
+    )
     try:
         result = measure(work, sizes.failover_trials, sizes.failover_runs)
     except Exception as error:  # the control plane's binaries are missing
-        page.rows["failover"] = Row(what, "-", "under 5 s", None)
+        page.rows["failover"] = Row(what, "-", "p95 under 5 s", None)
         page.not_measured.append(f"Operator failover: {error}")
         return
     from .measure import percentile

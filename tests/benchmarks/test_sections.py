@@ -2,8 +2,8 @@
 servers are the test bench's: MinIO, etcd + kube-apiserver, the OpenTelemetry Collector),
 and the record and pages it writes read back, every row with a verdict computed by code.
 
-The sections on the bench's real node (``resume``, ``drain``, ``rolling-upgrade``,
-``warm-pool``, ``warm-pool-burst``) are not run here: each installs the chart on a fresh
+The sections on the bench's real node (``resume``, ``failover-node``, ``drain``,
+``rolling-upgrade``, ``warm-pool``, ``warm-pool-burst``) are not run here: each installs the chart on a fresh
 node, minutes each, and the suite's e2e tests run those scenarios themselves.
 """
 
@@ -19,7 +19,7 @@ from benchmarks.sizes import ORDER, SECTION_ROWS
 
 from benchmarks import REPO, record
 
-REAL_NODE = {"resume", "drain", "rolling-upgrade", "warm-pool", "warm-pool-burst"}
+REAL_NODE = {"resume", "failover-node", "drain", "rolling-upgrade", "warm-pool", "warm-pool-burst"}
 SMALL = [name for name in SECTION_ROWS if name not in REAL_NODE]
 
 

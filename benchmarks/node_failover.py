@@ -1,0 +1,202 @@
+"""Operator failover on the real node, as a user has it: the leader's process SIGKILLed.
+
+Section ``failover-node`` of ``python -m benchmarks`` (root, the bench's real node, under
+``flock /tmp/alpineagents-realnode.lock``). The chart is installed with its defaults: two
+operator replicas, the Lease at 15 / 10 / 2 s (lease, renew deadline, retry), INFO logs.
+Each trial: the standby replica has read the Lease (its log says whom it stands by for);
+the leader's process, found on this machine (the node's containers are its processes) by
+its pod's name in its environment, is SIGKILLed, and at once an AgentRun is created.
+*Lease taken*: kill → the Lease's event naming the standby; *next reconcile*: kill → the
+new run's pod ADDED, both on watches held here. The killed container restarts (the
+kubelet) and stands by for the next trial. After the trials every run has one pod.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .measure import percentile
+from .resume_latency import NAMESPACE, real_node, run_manifest
+
+OPERATOR = "app.kubernetes.io/component=operator"
+
+
+@dataclass
+class NodeFailovers:
+    """Seconds from the leader's SIGKILL, per trial; and what the operator pods did."""
+
+    lease_taken: list[float] = field(default_factory=list)
+    next_reconcile: list[float] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # the new leader's log line, per trial
+    pods: int = 0
+    runs: int = 0
+    timing: tuple[int, float, float] = (0, 0.0, 0.0)
+    load: list[tuple[float, float, float]] = field(default_factory=list)
+
+
+def _pod_of(identity: str) -> str:
+    return identity.rsplit("_", 1)[0]
+
+
+def operator_pid(pod: str) -> int:
+    """The operator process of pod ``pod`` on this machine."""
+    wanted = f"POD_ID={pod}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            if b"alpineagents_operator" not in command:
+                continue
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                return int(entry.name)
+        except OSError:
+            continue
+    raise RuntimeError(f"no operator process of pod {pod} on this machine")
+
+
+def _held_by(pod: str, event: Any) -> bool:
+    from tests.bench.operator_process import holder
+
+    return _pod_of(holder(event)) == pod
+
+
+def _first_pod_of(run: str, event: Any) -> bool:
+    return bool(event.type == "ADDED" and event.name.startswith(f"{run}-"))
+
+
+def _log_tail(cluster: Any, pod: str) -> str:
+    done = cluster.kubectl("logs", pod, "-n", NAMESPACE, "--tail=200", check=False)
+    return str(done.stdout)
+
+
+def _wait_standing_by(cluster: Any, pod: str, holder: str) -> None:
+    """Until ``pod``'s operator has read the Lease held by ``holder`` (its log says so;
+    a file the kubelet keeps, polled)."""
+    deadline = time.monotonic() + 600
+    while f"is held by {holder}" not in _log_tail(cluster, pod):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{pod} did not stand by for {holder}:\n{_log_tail(cluster, pod)}")
+        time.sleep(0.5)
+
+
+def measure(workdir: Path, trials: int) -> NodeFailovers:
+    """``trials`` SIGKILLed leaders on the real node, the chart's defaults."""
+    from kubernetes import client
+    from tests.bench.operator_process import EventLog
+
+    from alpineagents_operator.leadership import LeaseSettings
+
+    result = NodeFailovers()
+    with real_node(workdir, {"logLevel": "INFO"}) as cluster:
+        api = cluster.plane.api_client()
+        core: Any = client.CoreV1Api(api)
+        coordination = client.CoordinationV1Api(api)
+        settings = _operator_settings(cluster)
+        parsed = LeaseSettings.from_env({**settings, "POD_ID": "bench"})
+        if parsed is None:
+            raise RuntimeError("the chart's operator elects no leader")
+        result.timing = (parsed.lease_seconds, parsed.renew_deadline_seconds, parsed.retry_seconds)
+        with EventLog(api, NAMESPACE, "leases") as leases, EventLog(api, NAMESPACE, "pods") as pods:
+            for number in range(trials):
+                pods_now = [
+                    str(p.metadata.name)
+                    for p in core.list_namespaced_pod(NAMESPACE, label_selector=OPERATOR).items
+                ]
+                held = _holder(coordination, settings)
+                leader = _pod_of(held)
+                (standby,) = [p for p in pods_now if p != leader]
+                _wait_standing_by(cluster, standby, held)
+                pid = operator_pid(leader)
+                name = f"failover-{number:02d}"
+                result.load.append(os.getloadavg())
+                killed_at = time.monotonic()
+                os.kill(pid, signal.SIGKILL)
+                manifest = run_manifest(name, "true")
+                cluster.kubectl("create", "-f", "-", input=yaml.safe_dump(manifest))
+                taken = leases.wait_for(partial(_held_by, standby), after=killed_at)
+                pod = pods.wait_for(partial(_first_pod_of, name), after=killed_at)
+                result.lease_taken.append(taken.at - killed_at)
+                result.next_reconcile.append(pod.at - killed_at)
+                result.runs += 1
+                said = [
+                    line
+                    for line in _log_tail(cluster, standby).splitlines()
+                    if "is dead" in line or "leading: took" in line
+                ]
+                result.reasons.append(said[-1] if said else "")
+        result.pods = sum(
+            1 for e in pods.events if e.type == "ADDED" and e.name.startswith("failover-")
+        )
+    if result.pods != result.runs:
+        raise RuntimeError(f"{result.pods} pods for {result.runs} runs: a run got a second pod")
+    return result
+
+
+def _holder(coordination: Any, settings: dict[str, str]) -> str:
+    """The Lease's holder now, once there is one."""
+    namespace, name = settings["ALPINEAGENTS_LEADER_LEASE"].split("/", 1)
+    deadline = time.monotonic() + 600
+    while True:
+        lease = coordination.read_namespaced_lease(name, namespace)
+        if lease.spec and lease.spec.holder_identity:
+            return str(lease.spec.holder_identity)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nobody took Lease {namespace}/{name}")
+        time.sleep(0.5)  # the replicas starting: no event to await before the watch
+
+
+def _operator_settings(cluster: Any) -> dict[str, str]:
+    import json
+
+    listing = json.loads(cluster.kubectl("get", "configmaps", "-n", NAMESPACE, "-o", "json").stdout)
+    for item in listing["items"]:
+        data = item.get("data") or {}
+        if "ALPINEAGENTS_LEADER_LEASE" in data:
+            return {str(k): str(v) for k, v in data.items()}
+    raise RuntimeError("no operator settings (ConfigMap) in the release")
+
+
+def report(result: NodeFailovers) -> list[str]:
+    """The section's details, as Markdown lines."""
+    from .results_page import table
+
+    def line(label: str, values: list[float]) -> list[str]:
+        return [
+            label,
+            str(len(values)),
+            f"{percentile(values, 0.5):.2f} s",
+            f"{percentile(values, 0.95):.2f} s",
+            f"{max(values):.2f} s",
+        ]
+
+    lease, deadline, retry = result.timing
+    early = sum(1 for reason in result.reasons if "is dead" in reason)
+    return [
+        "## Operator failover on the real node (the leader SIGKILLed)",
+        "",
+        *table(
+            ["the leader's process SIGKILLed →", "trials", "p50", "p95", "max"],
+            [
+                line("Lease taken by the standby", result.lease_taken),
+                line("next reconcile (a new run's pod)", result.next_reconcile),
+            ],
+        ),
+        "",
+        f"The chart with its defaults on the bench's real node: two operator replicas, the "
+        f"Lease at {lease} / {deadline:g} / {retry:g} s (lease, renew deadline, retry). In "
+        f"{early} of {len(result.reasons)} trials the standby took the Lease because the "
+        "holder's pod showed its container dead (`lease_holder.py`), in the others when "
+        f"the lease ran out. {result.pods} pods for {result.runs} runs: no run got a "
+        "second pod. Load average (1 min) at the kills: "
+        + ", ".join(f"{load[0]:.1f}" for load in result.load)
+        + ".",
+    ]
