@@ -62,6 +62,13 @@ def parse(argv: list[str]) -> Options:
     parser.add_argument("--repeats", type=int, help="repeats of each figure (5; with --quick, 1)")
     parser.add_argument("--quick", action="store_true", help="every section at its smallest size")
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SIZE=N",
+        help="one size other than the default, e.g. burst_passes=5 (the rows say so)",
+    )
+    parser.add_argument(
         "--page-only",
         action="store_true",
         help="run nothing: write RESULTS.md from the sections' records as they are",
@@ -83,9 +90,16 @@ def parse(argv: list[str]) -> Options:
     command = " ".join(["python -m benchmarks", *argv])
     if args.page_only and args.sections:
         parser.error("--page-only runs no section: name none")
+    sizes = Sizes.quick() if args.quick else Sizes()
+    for setting in args.set:
+        name, _, value = setting.partition("=")
+        if not isinstance(getattr(sizes, name, None), int) or not value.isdigit():
+            numbers = [k for k, v in vars(sizes).items() if isinstance(v, int)]
+            parser.error(f"--set {setting}: give SIZE=N, SIZE one of {', '.join(numbers)}")
+        setattr(sizes, name, int(value))
     return Options(
         args.repeats,
-        Sizes.quick() if args.quick else Sizes(),
+        sizes,
         [] if args.page_only else args.sections or list(SECTIONS),
         args.out,
         command.replace(str(args.out), "OUT") if args.out != RESULTS.parent else command,
