@@ -38,7 +38,7 @@ from .measure import load_average, machine, versions
 from .record import Provenance, SectionRecord, commit, load, render, save
 from .results_page import Page
 from .sections import SECTIONS
-from .sizes import ORDER, SECTION_ROWS, Sizes
+from .sizes import EARLIER_PAGES, ORDER, SECTION_ROWS, Sizes
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
 
@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                 section_dir.mkdir()
                 run_section(name, section_dir, options, postgres_url)
     records = {name: load(options.out, name) for name in SECTIONS}
-    page = render(records, SECTION_ROWS, ORDER, options.sections)
+    page = render(records, SECTION_ROWS, ORDER, options.sections, EARLIER_PAGES)
+    options.out.mkdir(parents=True, exist_ok=True)
     (options.out / RESULTS.name).write_text(page, encoding="utf-8")
     print(f"[benchmarks] wrote {options.out / RESULTS.name}", file=sys.stderr)
     return 0

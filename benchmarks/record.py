@@ -171,8 +171,11 @@ def render(
     section_rows: dict[str, list[str]],
     order: list[str],
     ran: list[str],
+    earlier: dict[str, str] | None = None,
 ) -> str:
-    """``RESULTS.md`` from every section's record (None: never run); ``ran``: this pass's."""
+    """``RESULTS.md`` from every section's record (None: never run); ``ran``: this pass's;
+    ``earlier``: a page, by section, of what a section measured before it had a record."""
+    earlier = earlier or {}
     rows: dict[str, tuple[Row, str]] = {}
     for section, keys in section_rows.items():
         record = records.get(section)
@@ -180,9 +183,10 @@ def render(
             if record is not None and key in record.rows:
                 rows[key] = (record.rows[key], record.provenance.cell())
             else:
+                before = earlier.get(section)
                 never = Row(
                     f"`{key}`",
-                    "-",
+                    f"no record yet; its earlier page: [{before}]({before})" if before else "-",
                     "-",
                     None,
                     samples=f"section `{section}` has no record yet",

@@ -65,6 +65,20 @@ SECTION_ROWS = {
 }
 """The rows each section writes, by the section's name (``python -m benchmarks NAME``)."""
 
+EARLIER_PAGES = {
+    "resume": "results/resume_latency.md",
+    "operator-runs": "results/operator_runs.md",
+    "long-runs": "results/long_runs.md",
+    "failover": "results/failover.md",
+    "drain": "results/drain.md",
+    "rolling-upgrade": "results/rolling_upgrade.md",
+    "warm-pool": "results/warm_pool.md",
+    "warm-pool-burst": "results/warm_pool_burst.md",
+    "tracing": "results/tracing_overhead.md",
+}
+"""Pages, relative to ``RESULTS.md``, of what a section's own script measured before the
+section had a record: a row with no record points there."""
+
 
 @dataclass
 class LongRunSizes:
