@@ -144,18 +144,29 @@ class Provider:
             if name in raw and not isinstance(raw[name], str):
                 raise ProviderError(f"{where}.{name}", "must be a string")
         headers, secret = _headers(raw.get("headers"), env, f"{where}.headers")
+        kind = raw.get("type", "anthropic")
+        given = raw.get("credentials")
+        credentials = (
+            _credentials(given, env, f"{where}.credentials")
+            if "credentials" in _FIELDS.get(kind, ())
+            else None
+            if given is None
+            else "(given)"  # refused below, naming the type
+        )
         try:
             return cls(
-                type=raw.get("type", "anthropic"),
+                type=kind,
                 region=raw.get("region"),
                 project_id=raw.get("projectId"),
                 resource=raw.get("resource"),
                 base_url=raw.get("baseURL"),
                 headers=headers,
-                credentials=_credentials(raw.get("credentials"), env, f"{where}.credentials"),
+                credentials=credentials,
                 secret_headers=secret,
             )
         except ProviderError as error:
+            if error.where.startswith(where):
+                raise
             raise ProviderError(error.where.replace("provider", where, 1), error.problem) from None
 
     @property

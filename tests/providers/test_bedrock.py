@@ -4,7 +4,6 @@ web-identity token (as IRSA gives them)."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,13 +14,11 @@ from alpineagents import Agent, FileStore, Message, State, tool
 from alpineagents.providers import Provider
 from alpineagents.testing import ModelServer, error, reply, tool_use
 from alpineagents.testing.bedrock_wire import BedrockServer, LocalSTS
+from tests.providers.conftest import next_region
 
 ROLE = "arn:aws:iam::123456789012:role/alpineagents-runs"
 TOKEN = "projected-service-account-token-for-sts"
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
-# The SDK keeps one boto3 session per region for the process: a region per test keeps
-# each test's keys its own STS's.
-_regions = (f"us-test-{n}" for n in itertools.count(1))
 
 
 @pytest.fixture
@@ -41,7 +38,7 @@ def bedrock(
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with LocalSTS(ROLE, TOKEN) as sts, BedrockServer(model, sts, next(_regions)) as server:
+    with LocalSTS(ROLE, TOKEN) as sts, BedrockServer(model, sts, next_region()) as server:
         for name, value in sts.env(str(token_file)).items():
             monkeypatch.setenv(name, value)
         yield server
