@@ -106,14 +106,9 @@ class Responder:
 
 
 def _bill_so_far(server: ModelServer) -> Bill:
-    """The server's bill, read from inside ``respond``.
-
-    ``respond`` runs under the server's lock (a stateful responder sees one request at a
-    time), and ``ModelServer.bill`` takes that lock, so it would wait for itself. The bill
-    is a frozen snapshot that each charge replaces whole, under that same lock, which this
-    thread holds: reading the attribute sees a whole bill.
-    """
-    return server._bill
+    """The server's bill, read from inside ``respond`` (which runs under the server's
+    lock; ``ModelServer.bill`` may be read there)."""
+    return server.bill
 
 
 def _asks_summary(message: Mapping[str, Any]) -> bool:
