@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tests.e2e.environment import DEADLINE, RELEASE, Environment
+from tests.paths import REPO
 
 # One connection attempt per address, all at once; a closed port answers at once (the
 # agent rejects), an open one accepts.
@@ -43,9 +43,7 @@ with ThreadPoolExecutor(len(targets)) as pool:
     print(json.dumps(dict(zip(targets, pool.map(probe, targets.values())))))
 """
 
-_CHART_DEFAULTS = yaml.safe_load(
-    (Path(__file__).parents[2] / "charts" / "alpineagents" / "values.yaml").read_text()
-)
+_CHART_DEFAULTS = yaml.safe_load((REPO / "charts" / "alpineagents" / "values.yaml").read_text())
 _RUN_POD_LABELS = {
     "app.kubernetes.io/name": "alpineagents",
     "app.kubernetes.io/component": "agent-run",

@@ -18,7 +18,6 @@ import socket
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,11 +31,12 @@ from alpineagents_operator.views import format_time
 from tests.bench.control_plane import ControlPlane
 from tests.bench.minio_server import S3Server
 from tests.operator.test_reconciler_faults import Kube, status
+from tests.paths import REPO
 
 RELEASE_SECRETS = ("rel-alpineagents-minio", "rel-alpineagents-anthropic")
 STORE_SECRET = "rel-alpineagents-store"
 CHART_MAX_RESOURCES: dict[str, str] = yaml.safe_load(
-    (Path(__file__).parents[2] / "charts" / "alpineagents" / "values.yaml").read_text()
+    (REPO / "charts" / "alpineagents" / "values.yaml").read_text()
 )["runs"]["maxResources"]
 JSON = dict[str, Any]
 

@@ -23,7 +23,6 @@ from typing import Any
 import anthropic
 import pytest
 
-import alpineagents.testing
 from alpineagents.testing import (
     ModelServer,
     drop,
@@ -35,6 +34,7 @@ from alpineagents.testing import (
     reply,
     tool_use,
 )
+from tests.paths import REPO
 
 try:  # the transport the installed SDK is built on (httpx2 in anthropic 2.x)
     import httpx2 as _transport
@@ -590,7 +590,7 @@ def test_parse_script_forms(tmp_path: Path) -> None:
 def serve_process(tmp_path: Path) -> Iterator[Any]:
     """Start ``python -m alpineagents.testing serve`` with given args; kill at teardown."""
     started: list[subprocess.Popen[str]] = []
-    package_root = Path(alpineagents.testing.__file__).resolve().parents[2]
+    package_root = REPO / "operator"
 
     def start(*args: str) -> tuple[subprocess.Popen[str], str]:
         env = dict(os.environ)
@@ -668,7 +668,7 @@ def test_cli_window_and_no_cache(serve_process: Any) -> None:
 
 
 def test_cli_needs_a_script_or_echo() -> None:
-    package_root = Path(alpineagents.testing.__file__).resolve().parents[2]
+    package_root = REPO / "operator"
     result = subprocess.run(
         [sys.executable, "-m", "alpineagents.testing", "serve"],
         capture_output=True,

@@ -10,12 +10,11 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import alpineagents
 from tests.paths import REPO
 
-PACKAGE_ROOT = Path(alpineagents.__file__).resolve().parents[1]
+PACKAGE_ROOT = REPO / "operator"
 LIBRARY_PAGE = REPO / "docs" / "library.md"
 
 

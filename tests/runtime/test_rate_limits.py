@@ -17,16 +17,15 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
 
-import alpineagents.testing
 from alpineagents.testing import ModelServer, RateLimits, error, hold, reply
 from alpineagents.testing.rate_limits import Admission, RateLimiter, Refusal
 from tests.bench.clock import FakeClock
+from tests.paths import REPO
 
 pytestmark = pytest.mark.bench_infra
 
@@ -422,7 +421,7 @@ def test_reset_is_when_the_bucket_is_full_again() -> None:
 
 
 def test_cli_rate_limit_flags() -> None:
-    package_root = Path(alpineagents.testing.__file__).resolve().parents[2]
+    package_root = REPO / "operator"
     env = {**os.environ, "PYTHONPATH": str(package_root)}
     command = [sys.executable, "-m", "alpineagents.testing", "serve", "--port", "0", "--echo"]
     # One request a minute: the second, well within the minute, is refused.
