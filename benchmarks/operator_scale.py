@@ -396,7 +396,10 @@ class Meter:
         phase.rss_mib, phase.peak_mib = self.operator.memory_mib()
 
 
-def measure(workdir: Path, runs: int, lost: int = 30) -> Scale:
+def measure(workdir: Path, runs: int, lost: int = 30, steady: float = 0.0) -> Scale:
+    """``runs`` AgentRuns, then ``lost`` of their pods lost; ``steady``: seconds of idle
+    resync measured (0: two resync periods)."""
+    steady = steady or 2 * RESYNC_SECONDS
     result = Scale(runs, lost=min(lost, runs))
     store = workdir / "runs"
     store.mkdir()
@@ -431,8 +434,8 @@ def measure(workdir: Path, runs: int, lost: int = 30) -> Scale:
 
             # Steady: nothing changes; the resync loop reads every run.
             meter.begin(result.steady)
-            time.sleep(2 * RESYNC_SECONDS)
-            result.steady.seconds = 2 * RESYNC_SECONDS
+            time.sleep(steady)
+            result.steady.seconds = steady
             meter.end(result.steady)
 
             # Restart: every run resumed by kopf (annotation already there: a resume).
@@ -508,7 +511,7 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
         "apiserver requests per reconcile"
     )
     try:
-        scale = measure(work, n)
+        scale = measure(work, n, steady=sizes.operator_idle)
     except PlaneUnavailable as error:
         page.rows["operator-scale"] = Row(what, "-", GOAL, None)
         page.not_measured.append(f"Operator scale: {error}")
