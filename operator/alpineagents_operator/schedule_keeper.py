@@ -146,30 +146,37 @@ class ScheduleKeeper:
         """Step the schedules that need it, forever."""
         while True:
             self._wake.clear()
-            now = self._clock()
-            due = [
-                key
-                for key, known in self._known.items()
-                if known.dirty or (known.next_step_at is not None and known.next_step_at <= now)
-            ]
-            for key in due:
-                known = self._known.get(key)
-                if known is None:
-                    continue
-                known.dirty = False
-                try:
-                    known.next_step_at = await asyncio.to_thread(self.step, *key, now)
-                except Exception as error:  # tried again at the next look
-                    known.dirty = True
-                    _log.warning("AgentSchedule %s/%s: %s", *key, failure_text(error))
+            try:
+                await self._step_due()
+            except Exception:  # the clock could not be read: look again, never stop
+                _log.exception("stepping the AgentSchedules failed")
             await self._sleep()
+
+    async def _step_due(self) -> None:
+        now = self._clock()
+        due = [
+            key
+            for key, known in self._known.items()
+            if known.dirty or (known.next_step_at is not None and known.next_step_at <= now)
+        ]
+        for key in due:
+            known = self._known.get(key)
+            if known is None:
+                continue
+            known.dirty = False
+            try:
+                known.next_step_at = await asyncio.to_thread(self.step, *key, now)
+            except Exception as error:  # tried again at the next look
+                known.dirty = True
+                _log.warning("AgentSchedule %s/%s: %s", *key, failure_text(error))
 
     async def _sleep(self) -> None:
         timeout = self._poll_seconds
         upcoming = [k.next_step_at for k in self._known.values() if k.next_step_at is not None]
         if upcoming:
-            until = (min(upcoming) - self._clock()).total_seconds()
-            timeout = min(timeout, max(until, 0.05))
+            with contextlib.suppress(Exception):  # an unreadable clock: the poll bounds it
+                until = (min(upcoming) - self._clock()).total_seconds()
+                timeout = min(timeout, max(until, 0.05))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 

@@ -10,6 +10,8 @@ minute.
   suspend creates nothing.
 - Times missed while no operator ran are caught up once (the most recent only); a
   restarted operator and a second operator acting at once create nothing twice.
+- With leader election, only the Lease's holder reads schedules and creates runs; the
+  standby that takes over a killed leader creates the next time's run, once.
 - A bad cron, an unknown time zone or a template the AgentRun schema refuses: an Event
   and the Ready condition say what is wrong, and no run is made.
 - docs/schedules.md's manifest is examples/schedule.yaml, and it runs at 06:00 Berlin time.
@@ -40,6 +42,7 @@ from tests.bench.operator_process import (
     Event,
     EventLog,
     OperatorProcess,
+    holder,
     operator_in_namespace,
     operator_kubeconfig,
 )
@@ -395,6 +398,53 @@ def test_missed_times_are_caught_up_once_by_a_restarted_and_a_second_operator(
             assert creates >= 3  # (a create answered 409 is a time already done)
     finally:
         second.stop()
+
+
+def test_only_the_leader_creates_runs_and_its_successor_catches_up_once(bench: Bench) -> None:
+    client = bench.plane.api_client()
+    lease = f"{bench.namespace}/alpineagents-operator"
+    replicas = [
+        OperatorProcess(
+            name,
+            operator_kubeconfig(bench.plane, bench.namespace, name, bench.directory),
+            bench.namespace,
+            bench.directory / "runs",
+            bench.directory / f"{name}.log",
+            lease=lease,
+        )
+        for name in ("leader", "standby")
+    ]
+    settings = {
+        k: v for k, v in bench.operator.env.items() if k.startswith("ALPINEAGENTS_SCHEDULE")
+    }
+    leader, standby = replicas
+    try:
+        with (
+            EventLog(client, bench.namespace, "agentruns") as runs,
+            EventLog(client, bench.namespace, "leases") as leases,
+        ):
+            bench.create_schedule("hourly-ish")
+            for replica in replicas:
+                replica.env.update(settings)
+            leader.start()
+            leases.wait_for(lambda e: holder(e).startswith("leader_"))
+            standby.start()
+            wait_until(lambda: bench.requests(standby, "get", "leases") > 0, "the standby looks")
+            bench.clock.at_minute(0)
+            runs.wait_for(added(bench.run_of("hourly-ish", 0)))
+            # The standby read no schedule and created nothing.
+            assert bench.requests(standby, "get", "agentschedules") == 0
+            assert bench.requests(standby, "create", "agentruns") == 0
+
+            leader.kill()  # no goodbye: the standby waits the lease out
+            bench.clock.at_minute(1, seconds=20)
+            leases.wait_for(lambda e: holder(e).startswith("standby_"))
+            runs.wait_for(added(bench.run_of("hourly-ish", 1)))
+            assert added_names(runs) == sorted(bench.run_of("hourly-ish", k) for k in (0, 1))
+            assert bench.requests(leader, "create", "agentruns") == 1
+    finally:
+        for replica in replicas:
+            replica.stop()
 
 
 def test_a_bad_schedule_zone_or_template_is_refused_saying_why(bench: Bench) -> None:
