@@ -5,6 +5,7 @@ pytest_plugins: list[str] = [
     "tests.bench.minio_server",
     "tests.bench.seaweedfs_server",
     "tests.bench.control_plane",
+    "tests.bench.kueue_controller",
     "tests.bench.real_node",
     "tests.bench.tool_gate",
     "tests.bench.model",

@@ -72,13 +72,7 @@ class WorkloadApi:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self._api_client.call_api(
-                f"/apis/{GROUP}/{VERSION}",
-                "GET",
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=_TIMEOUT,
-            )
+            self._custom.get_api_resources(GROUP, VERSION, _request_timeout=_TIMEOUT)
         except ApiException as error:
             if error.status == 404:
                 return False
@@ -120,14 +114,14 @@ class WorkloadApi:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            body: JSON = self._api_client.call_api(
-                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status",
-                "PATCH",
-                header_params={"Content-Type": _MERGE_PATCH, "Accept": "application/json"},
-                body=patch,
-                auth_settings=["BearerToken"],
-                response_type="object",
-                _return_http_data_only=True,
+            body: JSON = self._custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                patch,
+                _content_type=_MERGE_PATCH,
                 _request_timeout=_TIMEOUT,
             )
         except ApiException as error:

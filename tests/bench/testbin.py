@@ -63,6 +63,9 @@ PROMETHEUS_VERSION = "v0.316.0"
 # packets with nftables' `queue` expression, which this machine's kernel lacks
 # (CONFIG_NFT_QUEUE is off). The proxy serves kube-router v2 only at v2.1.0.
 KUBE_ROUTER_VERSION = "v2.1.0"
+# Kueue's controller (tests/bench/kueue_controller.py), which admits AgentRuns labelled with
+# a LocalQueue through its Workload API; its CRDs are copied from the same module.
+KUEUE_VERSION = "v0.17.0"
 
 _DEFAULT_GO = "/usr/local/go/bin/go"
 # The control plane's servers, kubectl, and what a node runs (tests/bench/real_node.py).
@@ -283,6 +286,42 @@ def _go_install_builder(package: str, version: str, ldflags: str) -> Callable[[P
     return build
 
 
+# --- Kueue: the controller by go install, its CRDs from the same module ----------------
+
+
+_KUEUE_MODULE = "sigs.k8s.io/kueue"
+
+
+def _build_kueue(out: Path) -> None:
+    _go_install_builder(
+        f"{_KUEUE_MODULE}/cmd/kueue",
+        KUEUE_VERSION,
+        f"-s -w -X {_KUEUE_MODULE}/pkg/version.GitVersion={KUEUE_VERSION}",
+    )(out)
+    _copy_kueue_crds(out.parent / "crds")
+
+
+def _copy_kueue_crds(folder: Path) -> None:
+    source = module_source(_KUEUE_MODULE, KUEUE_VERSION) / "config" / "components" / "crd"
+    partial = folder.parent / f".crds.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source / "bases", partial)
+    for path in partial.iterdir():
+        path.chmod(0o644)  # the module cache's files are read-only
+    partial.replace(folder)
+
+
+def kueue_crds() -> Path:
+    """The folder of Kueue's CRDs (one YAML file each), of the pinned version, cached
+    beside its controller; provisions the controller if need be."""
+    folder = pinned_path("kueue").parent / "crds"
+    if not folder.is_dir():
+        with _build_lock("kueue-crds"):
+            if not folder.is_dir():
+                _copy_kueue_crds(folder)
+    return folder
+
+
 # --- the OpenTelemetry Collector: ocb builds a distribution from a manifest ------------
 
 
@@ -490,6 +529,12 @@ _BINARIES: dict[str, _Binary] = {
             "-s -w",
         ),
         lambda path: False,  # the bench's policy agent is always the pinned build
+    ),
+    "kueue": _Binary(
+        "kueue",
+        KUEUE_VERSION,
+        _build_kueue,
+        lambda path: False,  # its CRDs must be of the same version: always the pinned build
     ),
 }
 
