@@ -60,7 +60,14 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-__all__ = ["CAPTURE_CONTENT_ENV", "enable", "enabled_by_environment", "trace_id_of"]
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "PROVIDER",
+    "SPAN_ID_KEY",
+    "enable",
+    "enabled_by_environment",
+    "trace_id_of",
+]
 
 _R = TypeVar("_R")
 _log = logging.getLogger(__name__)
