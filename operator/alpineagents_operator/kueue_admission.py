@@ -290,7 +290,8 @@ class KueueAdmission:
         loop = asyncio.get_running_loop()
 
         def changed(run_name: str) -> None:
-            loop.call_soon_threadsafe(self._requeue, namespace, run_name, 0.0)
+            if not self._stop.is_set():  # no steps asked for once the operator stops
+                loop.call_soon_threadsafe(self._requeue, namespace, run_name, 0.0)
 
         threading.Thread(
             target=self._api.watch,

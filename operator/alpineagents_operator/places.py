@@ -121,5 +121,10 @@ class Places:
             return
         self.ledger.run_seen(run, gone=gone)
 
+    def close(self) -> None:
+        """Stop what runs beside the steps (Kueue's Workload watches)."""
+        if self.kueue is not None:
+            self.kueue.close()
+
     def _by_kueue(self, run: AgentRunView) -> bool:
         return self.kueue is not None and self.kueue.governs(run)

@@ -432,6 +432,7 @@ class Reconciler:
         self.pool.close()
         self.notifier.close()
         self.retention.close()
+        self.places.close()
 
     async def stop_run(self, namespace: str, name: str) -> int:
         """Delete a deleted run's live pods gracefully; returns how many pods still
