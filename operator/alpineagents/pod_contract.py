@@ -480,6 +480,20 @@ def provider_secret_refs(spec: Mapping[str, Any]) -> list[SecretRef]:
     return refs
 
 
+def provider_pod_labels(spec: Mapping[str, Any]) -> dict[str, str]:
+    """Labels a run's pod needs for its provider's identity: AKS's workload identity
+    webhook mounts the Entra token only into pods labelled for it (a Foundry run without a
+    key)."""
+    provider = spec.get("provider")
+    if (
+        isinstance(provider, Mapping)
+        and provider.get("type") == "foundry"
+        and provider.get("credentials") is None
+    ):
+        return {"azure.workload.identity/use": "true"}
+    return {}
+
+
 def _size(message: Mapping[str, Any]) -> int:
     return len(json.dumps(message, ensure_ascii=False).encode())
 

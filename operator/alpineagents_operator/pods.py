@@ -61,6 +61,7 @@ from alpineagents.pod_contract import (
     STANDBY_LABEL,
     TERMINATION_MESSAGE_PATH,
     mcp_secret_refs,
+    provider_pod_labels,
     provider_secret_refs,
 )
 
@@ -189,7 +190,7 @@ def run_resources(run: AgentRunView | None, config: OperatorConfig) -> JSON:
 def pod_manifest(run: AgentRunView, attempt: int, config: OperatorConfig) -> JSON:
     """The Pod for attempt ``attempt`` of ``run`` (name ``<run>-<attempt>``)."""
     spec = run.spec
-    labels = {**run_labels(run.name), ATTEMPT_LABEL: str(attempt)}
+    labels = {**provider_pod_labels(spec), **run_labels(run.name), ATTEMPT_LABEL: str(attempt)}
     metadata: JSON = {
         "name": pod_name_for(run.name, attempt),
         "namespace": run.namespace,

@@ -16,7 +16,10 @@ from alpineagents.pod_contract import (
 )
 from alpineagents.providers import Provider, ProviderError
 from alpineagents.redaction import Redactor
+from alpineagents.runner import ExitCode
+from alpineagents.testing import ModelServer
 from alpineagents.usage import Price, price_for
+from tests.bench.runner_process import Workspace
 
 
 @pytest.mark.parametrize(
@@ -144,3 +147,13 @@ def test_the_window_and_price_tables_know_the_providers_ids() -> None:
     assert price_for("eu.anthropic.claude-sonnet-4-5-20250929-v1:0", regional)[0] == Price(
         3.3, 16.5
     )
+
+
+def test_a_run_whose_provider_cannot_work_stops_at_its_start_naming_the_field(
+    workspace: Workspace, model_server: ModelServer
+) -> None:
+    manifest = workspace.manifest(prompt="Hello.", provider={"type": "bedrock"})
+    runner = workspace.run(manifest)
+    assert runner.process.returncode == ExitCode.NOT_RETRYABLE, runner.stderr
+    assert "spec.provider.region: is required for type 'bedrock'" in runner.message["error"]
+    assert model_server.requests == []

@@ -408,3 +408,15 @@ Types, ranges and formats of single values are in values.schema.json.
 {{- $_ = include "alpineagents.store.createsSecret" . -}}
 {{- $_ = include "alpineagents.serviceAccountName" . -}}
 {{- end -}}
+
+{{/*
+The agent pods' ServiceAccount: runs.serviceAccountName, else the one the chart makes
+(runs.serviceAccount.create), else "" (the namespace's default).
+*/}}
+{{- define "alpineagents.runServiceAccountName" -}}
+{{- if .Values.runs.serviceAccountName -}}
+{{- .Values.runs.serviceAccountName -}}
+{{- else if .Values.runs.serviceAccount.create -}}
+{{- .Values.runs.serviceAccount.name | default (printf "%s-run" (include "alpineagents.fullname" .)) -}}
+{{- end -}}
+{{- end }}
