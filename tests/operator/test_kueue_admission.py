@@ -5,12 +5,13 @@ Pending until the test writes their end, as a kubelet would).
 A ClusterQueue with CPU for two runs, a LocalQueue, three AgentRuns labelled with it:
 two get pods, the third is Queued naming the queue until one ends; a Workload Kueue
 evicts (deactivated) stops its run's pod and queues the run again, without a restart,
-and the run resumes once it is admitted again.
+and the run resumes once it is admitted again; a suspended or deleted run's quota frees.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,13 @@ def exited_answered(plane: ControlPlane, namespace: str, pod: str) -> None:
     )  # fmt: skip
 
 
+def suspend(plane: ControlPlane, namespace: str, run: str, suspended: bool) -> None:
+    plane.kubectl(
+        "patch", "agentrun", run, "-n", namespace, "--type=merge",
+        "-p", json.dumps({"spec": {"suspend": suspended}}),
+    )  # fmt: skip
+
+
 def set_active(plane: ControlPlane, namespace: str, workload: str, active: bool) -> None:
     plane.kubectl(
         "patch", "workloads.kueue.x-k8s.io", workload, "-n", namespace, "--type=merge",
@@ -210,6 +218,18 @@ def test_kueue_admits_two_runs_by_cpu_quota_and_the_third_when_one_ends(
         assert status["attempt"] == 2 and status["pod"] == "second-2", status
         assert not status.get("restarts") and not status.get("disruptions"), status
         assert status["phase"] == "Pending" and status.get("admitted") is True
+
+        # A suspended run holds no quota: a fourth, waiting, starts in its stead.
+        plane.kubectl("create", "-f", "-", input=labelled_run(namespace, "fourth"))
+        runs.wait_for(run_in("fourth", queued_by("WaitingForKueue")))
+        suspend(plane, namespace, "third", True)
+        pods.wait_for(pod_added("fourth"))
+        # Unsuspended, it waits in line again; a deleted run's quota frees: it starts.
+        resumed_at = time.monotonic()
+        suspend(plane, namespace, "third", False)
+        runs.wait_for(run_in("third", queued_by("WaitingForKueue")), after=resumed_at)
+        plane.kubectl("delete", "agentrun", "second", "-n", namespace)
+        pods.wait_for(pod_added("third"), after=resumed_at)
 
         # Never more than two runs with a live pod at once (the quota's two CPUs).
         live: set[str] = set()
