@@ -271,7 +271,9 @@ def plan(schedule: ScheduleSpec, runs: Sequence[ScheduledRun], now: datetime) ->
             )
         return _done(expired, status, events, next_step_at)
 
-    missed = schedule.times.count_between(since, due, TOO_MANY_MISSED)
+    # Times skipped under Forbid were told then (Skipped); only the others are missed.
+    told = max(since, schedule.last_skipped) if schedule.last_skipped else since
+    missed = schedule.times.count_between(told, due, TOO_MANY_MISSED)
     if missed > TOO_MANY_MISSED:
         events.append(
             RunEvent(
@@ -288,7 +290,7 @@ def plan(schedule: ScheduleSpec, runs: Sequence[ScheduledRun], now: datetime) ->
                 "Warning",
                 "MissedSchedule",
                 f"{missed} scheduled time(s) before {_clock(due)} passed without a run (no "
-                f"operator was acting, or the run could not start in time); only the most "
+                f"operator was acting, or past spec.startingDeadlineSeconds); only the most "
                 f"recent starts",
             )
         )

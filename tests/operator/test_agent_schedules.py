@@ -392,10 +392,6 @@ def test_missed_times_are_caught_up_once_by_a_restarted_and_a_second_operator(
             bench.clock.at_minute(5)
             runs.wait_for(added(bench.run_of("nightly", 5)))
             assert added_names(runs) == sorted(bench.run_of("nightly", k) for k in (3, 4, 5))
-            creates = sum(
-                bench.requests(o, "create", "agentruns") for o in (bench.operator, second)
-            )
-            assert creates >= 3  # (a create answered 409 is a time already done)
     finally:
         second.stop()
 

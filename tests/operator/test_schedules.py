@@ -127,6 +127,9 @@ def test_forbid_skips_while_a_run_is_active_and_says_so_once() -> None:
     # The active run ended: the skipped time, still the most recent, starts (as CronJob).
     ended = plan(read_schedule(body), [run(-1, "Succeeded", 70)], NOW)
     assert ended.create_for == at(12, 0)
+    # A later time after a skipped one: the skipped one was told already, not "missed".
+    later = plan(read_schedule(body), [run(-1, "Succeeded", 70)], NOW + timedelta(minutes=1))
+    assert later.create_for == at(12, 1) and reasons(later) == []
 
 
 def test_allow_starts_beside_an_active_run() -> None:
