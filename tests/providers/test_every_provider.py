@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from alpineagents import Agent, FileStore, Message, State, tool, tracing
-from alpineagents.testing import error, reply, tool_use
+from alpineagents.testing import error, hold, reply, tool_use
 from tests.bench.runner_process import (
     BLOCKING,
     RunnerProcess,
@@ -156,3 +156,26 @@ def test_a_pod_killed_mid_tool_resumes_with_the_call_aborted_and_writes_no_crede
         again.stdout + again.stderr,
         json.dumps(again.message),
     )
+
+
+def test_a_pod_killed_while_the_model_is_asked_sends_the_same_request_on_resume(
+    cloud: Cloud, tmp_path: Path, runners: list[RunnerProcess]
+) -> None:
+    workspace = Workspace(tmp_path, cloud.model, runners)
+    cloud.model.add(hold(reply("Too late.")))
+    manifest = workspace.manifest(model=cloud.model_id, provider=cloud.spec, prompt="Think.")
+    runner = workspace.start(manifest, **cloud.env)
+    cloud.model.wait_for_requests(1)
+    runner.signal(signal.SIGKILL)
+    assert runner.wait() == -signal.SIGKILL
+
+    cloud.model.add(reply("Thought."))
+    again = workspace.run(manifest, **cloud.env)
+    assert again.process.returncode == 0, again.stderr
+    assert again.message["answer"] == "Thought."
+    kinds = [e.kind for e in workspace.store.load("job").history]
+    assert kinds[:4] == ["message", "model_request", "model_error", "model_request"]
+    # The request taken back is sent again byte for byte: the cache the lost pod wrote is read.
+    first, last = cloud.model.requests[0], cloud.model.requests[-1]
+    assert last.body == first.body
+    assert cloud.refused() == []

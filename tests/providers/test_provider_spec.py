@@ -8,6 +8,7 @@ import pytest
 
 from alpineagents.context import window_for
 from alpineagents.model_ids import anthropic_model_id
+from alpineagents.pacing import SharedPacer
 from alpineagents.pod_contract import (
     ENV_PROVIDER_CREDENTIALS,
     SecretRef,
@@ -17,6 +18,7 @@ from alpineagents.pod_contract import (
 from alpineagents.providers import Provider, ProviderError
 from alpineagents.redaction import Redactor
 from alpineagents.runner import ExitCode
+from alpineagents.runner.build import pacer_for
 from alpineagents.testing import ModelServer
 from alpineagents.usage import Price, price_for
 from tests.bench.runner_process import Workspace
@@ -157,3 +159,18 @@ def test_a_run_whose_provider_cannot_work_stops_at_its_start_naming_the_field(
     assert runner.process.returncode == ExitCode.NOT_RETRYABLE, runner.stderr
     assert "spec.provider.region: is required for type 'bedrock'" in runner.message["error"]
     assert model_server.requests == []
+
+
+def test_runs_share_the_limiters_line_by_provider_endpoint() -> None:
+    env = {"ALPINEAGENTS_PACER": "http://pacer:8080", "ANTHROPIC_API_KEY": "sk-ant-k"}
+
+    def key(provider: Provider | None) -> str:
+        pacer = pacer_for(env, "run", 0, provider)
+        assert isinstance(pacer, SharedPacer)
+        return pacer.key
+
+    bedrock = Provider(type="bedrock", region="us-east-1")
+    assert key(bedrock) == key(Provider(type="bedrock", region="us-east-1"))
+    assert key(bedrock) != key(Provider(type="bedrock", region="eu-west-1"))
+    assert key(bedrock) != key(None) == key(Provider())
+    assert key(Provider(base_url="https://gateway.internal")) != key(None)

@@ -133,14 +133,22 @@ def _asking_first(names: frozenset[str], policy: Policy) -> Policy:
     return decide
 
 
-def pacer_for(environ: Mapping[str, str], run: str, priority: int) -> Pacer | None:
+def pacer_for(
+    environ: Mapping[str, str], run: str, priority: int, provider: Provider | None = None
+) -> Pacer | None:
     """The shared limiter's pacer when ``ALPINEAGENTS_PACER`` names one (None: the process's
-    own pacer, by the headers). ``run`` keeps the run's place in line across its pods."""
+    own pacer, by the headers). ``run`` keeps the run's place in line across its pods; runs
+    share a line when they share a key and endpoint (a cloud provider's: its region's)."""
     url = environ.get(ENV_PACER)
     if not url:
         return None
     key = environ.get("ANTHROPIC_API_KEY") or environ.get("ANTHROPIC_AUTH_TOKEN") or ""
     endpoint = environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+    if provider is not None and (provider.type != "anthropic" or provider.base_url):
+        where = (provider.region, provider.project_id, provider.resource, provider.base_url)
+        endpoint = ":".join([provider.type, *(part or "" for part in where)])
+        if provider.type != "anthropic":
+            key = provider.credentials or ""  # a cloud identity's quota is its endpoint's
     try:
         return SharedPacer(
             url,

@@ -252,7 +252,9 @@ class _Run:
             )
             agent = build_agent(plan, workdir=workdir, environ=self.environ)
             assert self.state_id is not None
-            agent.pacer = agent.pacer or pacer_for(self.environ, self.state_id, plan.priority)
+            agent.pacer = agent.pacer or pacer_for(
+                self.environ, self.state_id, plan.priority, agent.provider
+            )
             agent.on_throttle = agent.on_throttle or self._throttled
             self.marks.mark("opened")
         except SpecError as error:
