@@ -104,10 +104,6 @@ class Notifier:
         if self._tries:
             await asyncio.wait(self._tries, timeout=TIMEOUT_SECONDS + 5.0)
 
-    async def idle(self) -> None:
-        """Return once every queued notification has been tried (tests)."""
-        await self._keys.join()
-
     # ------------------------------------------------------------------ internals
     def _later(self, key: RunKey, wait: float) -> None:
         if key in self._timers:

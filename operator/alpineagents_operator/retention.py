@@ -7,9 +7,10 @@ A run's ``spec.ttlSecondsAfterFinished`` (else the chart's ``retention.ttlSecond
 for a deletion by hand: ``Keep`` leaves it in the store, ``Delete`` has the operator's
 finalizer delete it first (:mod:`.handlers`).
 
-Deleting is paced: one deleter task, at most ``ALPINEAGENTS_DELETES_PER_SECOND`` a second,
-on its own (the reconcile steps never wait for it), each run read again first (its TTL or
-its end may have changed) and deleted only if it is still the same object (its uid).
+Deleting is paced: one deleter task starts at most ``ALPINEAGENTS_DELETES_PER_SECOND`` a
+second (four at most under way), on its own (the reconcile steps never wait for it), each
+run read again first (its TTL or its end may have changed) and deleted only if it is
+still the same object (its uid).
 10,000 runs ending at once are a timer each and a line the deleter works through.
 """
 
@@ -28,6 +29,9 @@ from .views import TERMINAL_PHASES, AgentRunView, parse_time
 from .watched import RunKey
 
 _log = logging.getLogger(__name__)
+_IN_FLIGHT = 4
+"""Deletions under way at once (each a read and a delete): the pace, not the API's
+latency, sets how many go a second."""
 
 
 def ttl_of(run: AgentRunView, default: int | None) -> int | None:
@@ -65,6 +69,7 @@ class Retention:
         self._due: asyncio.Queue[tuple[RunKey, str]] = asyncio.Queue()
         self._queued: set[RunKey] = set()
         self._deleter: asyncio.Task[None] | None = None
+        self._deleting: set[asyncio.Task[None]] = set()
         self.deleted = 0
         """Runs this operator deleted (for its tests and benchmarks)."""
 
@@ -92,6 +97,8 @@ class Retention:
         self._timers.clear()
         if self._deleter is not None:
             self._deleter.cancel()
+        for task in self._deleting:
+            task.cancel()
 
     def _fire(self, key: RunKey, uid: str) -> None:
         self._timers.pop(key, None)
@@ -108,14 +115,28 @@ class Retention:
             )
 
     async def _delete_forever(self) -> None:
+        # Paced by when each deletion starts (not by a pause after each, which would add
+        # the API's latency to every one), with a few in flight so the latency does not
+        # cap the pace either; after an idle spell the pace starts afresh, never a burst.
+        loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(_IN_FLIGHT)
+        next_at = loop.time()
         while True:
             key, uid = await self._due.get()
             self._queued.discard(key)
-            try:
-                await self._delete_if_due(key, uid)
-            except Exception as error:  # the next event or the operator's restart retries
-                _log.warning("%s/%s: not deleted after its TTL (%s)", *key, error)
-            await asyncio.sleep(self._pause)
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            next_at = max(loop.time(), next_at) + self._pause
+            await slots.acquire()
+            task = asyncio.create_task(self._delete_logged(key, uid))
+            self._deleting.add(task)
+            task.add_done_callback(self._deleting.discard)
+            task.add_done_callback(lambda _: slots.release())
+
+    async def _delete_logged(self, key: RunKey, uid: str) -> None:
+        try:
+            await self._delete_if_due(key, uid)
+        except Exception as error:  # the next event or the operator's restart retries
+            _log.warning("%s/%s: not deleted after its TTL (%s)", *key, error)
 
     async def _delete_if_due(self, key: RunKey, uid: str) -> None:
         body = await asyncio.to_thread(self._cluster.get_run, *key)
