@@ -227,8 +227,8 @@ class KueueAdmission:
                 await asyncio.to_thread(self._api.patch_status, run.namespace, name, patch)
             self._states.pop(key, None)
             return
-        if phase in NO_PLACE:  # waiting for approval or suspended: it holds no quota
-            if body is not None:
+        if phase in NO_PLACE:  # waiting for approval or suspended: no quota once no pod runs
+            if body is not None and not await self._pod_alive(run):
                 await asyncio.to_thread(self._api.delete, run.namespace, name)
             self._states.pop(key, None)
             return
@@ -238,16 +238,17 @@ class KueueAdmission:
             body = await asyncio.to_thread(self._api.create, manifest)
             _log.info("%s/%s: workload %s made in LocalQueue %s", *key, name, run.queue_name)
             state = read_workload(body)
-        elif state.evicted and state.reserved and phase not in (Phase.PENDING, Phase.RUNNING):
-            # Queued again after the eviction: the quota goes back once no pod runs.
-            pods = await asyncio.to_thread(self._list_pods, run.namespace, run.name)
-            if not any(PodView.from_pod(p).alive for p in pods):
-                patch = quota_returned_patch(body, self._clock())
-                answered = await asyncio.to_thread(
-                    self._api.patch_status, run.namespace, name, patch
-                )
-                state = read_workload(answered) if answered is not None else state
-                _log.info("%s/%s: workload %s evicted, its quota handed back", *key, name)
+        elif (
+            state.evicted
+            and state.reserved
+            and phase not in (Phase.PENDING, Phase.RUNNING)
+            and not await self._pod_alive(run)
+        ):
+            # Queued again after the eviction, and no pod runs: the quota goes back.
+            patch = quota_returned_patch(body, self._clock())
+            answered = await asyncio.to_thread(self._api.patch_status, run.namespace, name, patch)
+            state = read_workload(answered) if answered is not None else state
+            _log.info("%s/%s: workload %s evicted, its quota handed back", *key, name)
         self._states[key] = state
 
     def forget(self, key: RunKey) -> None:
@@ -264,6 +265,10 @@ class KueueAdmission:
 
     def close(self) -> None:
         self._stop.set()
+
+    async def _pod_alive(self, run: AgentRunView) -> bool:
+        pods = await asyncio.to_thread(self._list_pods, run.namespace, run.name)
+        return any(PodView.from_pod(p).alive for p in pods)
 
     async def _is_served(self) -> bool:
         if self._served is None or (
