@@ -296,13 +296,30 @@ def real_node(
             "operator": {"logLevel": "WARNING", **(operator or {})},
             **(chart_values or {}),
         }
-        helm.install(RELEASE, NAMESPACE, cluster.kubeconfig, values, "--wait", "--timeout=5m")
+        try:
+            helm.install(RELEASE, NAMESPACE, cluster.kubeconfig, values, "--wait", "--timeout=5m")
+        except Exception:
+            _print_release_state(cluster)
+            raise
         stack.callback(helm.uninstall, RELEASE, NAMESPACE, cluster.kubeconfig)
         stack.callback(
             cluster.kubectl,
             "delete", "agentruns", "--all", "-n", NAMESPACE, "--timeout=120s", check=False,
         )  # fmt: skip
         yield cluster
+
+
+def _print_release_state(cluster: Any) -> None:
+    """What the release's pods are doing, to stderr: the install did not get ready."""
+    import sys
+
+    for args in (
+        ("get", "pods", "-n", NAMESPACE, "-o", "wide"),
+        ("describe", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=operator"),
+        ("logs", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=operator", "--tail=40"),
+    ):
+        done = cluster.kubectl(*args, check=False)
+        print(f"$ kubectl {' '.join(args)}\n{done.stdout}{done.stderr}", file=sys.stderr)
 
 
 def run_manifest(name: str, command: str) -> dict[str, Any]:
