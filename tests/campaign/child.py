@@ -16,6 +16,7 @@ it starts, works, and may send a note while the run is live. The child tells the
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -24,10 +25,20 @@ from pathlib import Path
 from typing import Any
 
 from alpineagents import Agent, Message, State, tool
+from alpineagents.providers import Provider
 from alpineagents.store import open_store
 from tests.campaign.plan import ROUND_PREFIX, RunPlan
 
 MODEL = "claude-sonnet-5"
+ENV_PROVIDER = "CAMPAIGN_PROVIDER"
+"""``spec.provider`` as JSON: the runs ask their model through that provider's wire."""
+ENV_MODEL = "CAMPAIGN_MODEL"
+"""The model id as the provider spells it."""
+
+
+def _provider() -> Provider | None:
+    raw = os.environ.get(ENV_PROVIDER)
+    return Provider.from_spec(json.loads(raw)) if raw else None
 
 
 def rounds_asked(state: State) -> int:
@@ -69,7 +80,14 @@ def _run_plan(connection: Connection, store_url: str, plan: RunPlan, markers: Pa
         return f"{job} done"
 
     # The smallest window: the runs clear results and summarize turns while they are killed.
-    agent = Agent(model=MODEL, store=store, tools=[work], max_tokens=256, context_window=1024)
+    agent = Agent(
+        model=os.environ.get(ENV_MODEL, MODEL),
+        store=store,
+        tools=[work],
+        max_tokens=256,
+        context_window=1024,
+        provider=_provider(),
+    )
     try:
         state = store.load(plan.state_id)
     except LookupError:

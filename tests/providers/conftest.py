@@ -60,6 +60,21 @@ class Cloud:
         return [why for wire in self.wires for why in wire.refused]
 
 
+def no_ambient_credentials(folder: Path) -> dict[str, str]:
+    """Variables that keep a machine's own cloud credentials out of a test's clients (an
+    empty value counts as unset to the AWS SDK; ``AWS_PROFILE`` must be unset)."""
+    return {
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_SESSION_TOKEN": "",
+        "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "GOOGLE_APPLICATION_CREDENTIALS": "",
+        "CLOUDSDK_CONFIG": str(folder / "no-gcloud"),
+    }
+
+
 @pytest.fixture(scope="session")
 def metadata_server() -> Iterator[MetadataServer]:
     """The node's metadata server, one per process as on a GKE node: google-auth reads
@@ -92,20 +107,19 @@ def cloud(
     metadata_server: MetadataServer,
 ) -> Iterator[Cloud]:
     """Each provider in turn; its variables are set in this process too."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
-    with ModelServer() as model, _cloud(request.param, model, tmp_path, metadata_server) as made:
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    for name, value in no_ambient_credentials(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    with ModelServer() as model, cloud_for(request.param, model, tmp_path, metadata_server) as made:
         for name, value in made.env.items():
             monkeypatch.setenv(name, value)
         yield made
 
 
-class _cloud:
+class cloud_for:
+    """``with cloud_for(name, model, folder, metadata) as cloud``: provider ``name``'s
+    servers in front of ``model`` while the block runs."""
+
     def __init__(
         self, name: str, model: ModelServer, folder: Path, metadata: MetadataServer
     ) -> None:
