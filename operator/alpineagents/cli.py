@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .errors import StoreUnavailableError
@@ -160,11 +160,28 @@ def show(args: argparse.Namespace) -> int:
             f"tokens in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)}, "
             f"cache read {usage.get('cache_read_input_tokens', 0)} / written "
             f"{usage.get('cache_creation_input_tokens', 0)}, "
-            f"about ${float(info.get('cost_usd') or 0.0):.4f}"
+            f"{_cost_text(info, record.entries)}"
         )
     for entry in _entries(store, args.id, record):
         log.entry(args.id, entry)
     return 0
+
+
+def _cost_text(info: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> str:
+    """The estimated cost, said to be simulated when the offline echo model answered."""
+    from .testing.echo import ECHO_MODEL_SUFFIX
+
+    cost = f"about ${float(info.get('cost_usd') or 0.0):.4f}"
+    echoed = any(
+        str((entry.get("data") or {}).get("model", "")).endswith(ECHO_MODEL_SUFFIX)
+        for entry in entries
+        if entry.get("kind") == "model_reply"
+    )
+    return (
+        f"{cost} simulated (the offline echo model, priced as the model asked for)"
+        if echoed
+        else cost
+    )
 
 
 def tail(args: argparse.Namespace) -> int:

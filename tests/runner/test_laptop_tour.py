@@ -50,6 +50,7 @@ def test_step_1_run_then_show_and_list(workdir: Path, runners: list[RunnerProces
     show = cli(tour_command("alpineagents show hello"), workdir, runners)
     assert show.stdout.startswith("hello: "), show.stdout
     assert "answered" in show.stdout.splitlines()[0]
+    assert "simulated (the offline echo model" in show.stdout.splitlines()[0]
     listed = cli(tour_command("alpineagents list"), workdir, runners)
     assert listed.stdout.split()[0] == "hello"
 

@@ -13,7 +13,12 @@ from typing import Any
 
 from .script import Reply, ToolUse, tool_use
 
-__all__ = ["echo_reply"]
+__all__ = ["ECHO_MODEL_SUFFIX", "echo_reply"]
+
+ECHO_MODEL_SUFFIX = " (echo)"
+"""What the echo model's answers add to the model they name (``claude-sonnet-5 (echo)``): a
+saved reply says it was not Claude's, and its cost is priced as the model asked for, a
+simulation (``alpineagents show`` says so)."""
 
 _ECHO_LIMIT = 1000
 _USE_LINE = re.compile(r"^\s*use\s+(?P<name>[A-Za-z0-9_.-]+)\s*(?P<input>\{.*\})?\s*$")
@@ -32,7 +37,10 @@ def echo_reply(request: Mapping[str, Any]) -> Reply:
        JSON is given), after the text ``"Using TOOL."``.
     3. Else the answer is ``"Echo: <its text>"`` (cut at 1000 characters). Summary
        requests (compaction) get this too.
+
+    Each answer names the model asked for plus :data:`ECHO_MODEL_SUFFIX`.
     """
+    model = f"{request.get('model', '')}{ECHO_MODEL_SUFFIX}"
     messages = request.get("messages") or []
     last_user: Mapping[str, Any] | None = next(
         (m for m in reversed(messages) if isinstance(m, Mapping) and m.get("role") == "user"),
@@ -48,7 +56,7 @@ def echo_reply(request: Mapping[str, Any]) -> Reply:
             name = names.get(str(result.get("tool_use_id")), "tool")
             verb = "failed" if result.get("is_error") else "returned"
             lines.append(f"{name} {verb}: {_text_of(result.get('content'))}")
-        return Reply(content=("\n".join(lines),))
+        return Reply(content=("\n".join(lines),), model=model)
 
     text = "\n".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
     offered = {
@@ -70,12 +78,12 @@ def echo_reply(request: Mapping[str, Any]) -> Reply:
             calls.append(tool_use(match["name"], call_input))
     if calls:
         names_text = ", ".join(dict.fromkeys(c.name for c in calls))
-        return Reply(content=(f"Using {names_text}.", *calls))
+        return Reply(content=(f"Using {names_text}.", *calls), model=model)
 
     echoed = text.strip() or "(no text)"
     if len(echoed) > _ECHO_LIMIT:
         echoed = echoed[:_ECHO_LIMIT] + "…"
-    return Reply(content=(f"Echo: {echoed}",))
+    return Reply(content=(f"Echo: {echoed}",), model=model)
 
 
 def _blocks(content: object) -> list[Mapping[str, Any]]:

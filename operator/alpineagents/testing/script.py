@@ -72,11 +72,13 @@ class Reply:
 
     ``stop_reason`` defaults to ``"tool_use"`` when the content has a tool_use block,
     else ``"end_turn"``. ``delay`` seconds pass before the first response byte.
+    ``model`` is the model the answer names (default: the one the request asked for).
     """
 
     content: tuple[str | ToolUse, ...] = ()
     stop_reason: StopReason | None = None
     delay: float = 0.0
+    model: str | None = None
 
     @property
     def resolved_stop_reason(self) -> StopReason:

@@ -88,7 +88,7 @@ def message(
         "id": message_id(),
         "type": "message",
         "role": "assistant",
-        "model": request["model"],
+        "model": answer.model or request["model"],
         "content": list(content),
         "stop_reason": answer.resolved_stop_reason,
         "stop_sequence": None,
@@ -96,15 +96,18 @@ def message(
     }
 
 
-def message_start(request: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``message_start`` event's body (the API reports a token or so of output there)."""
+def message_start(
+    request: Mapping[str, Any], usage: Mapping[str, Any], model: str | None = None
+) -> dict[str, Any]:
+    """The ``message_start`` event's body (the API reports a token or so of output there);
+    ``model``: the one the answer names, if not the request's."""
     return {
         "type": "message_start",
         "message": {
             "id": message_id(),
             "type": "message",
             "role": "assistant",
-            "model": request["model"],
+            "model": model or request["model"],
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
@@ -127,7 +130,7 @@ def reply_events(
 
     ``cumulative``: message_delta's usage repeats the input numbers next to the output,
     as the API sends it today (else it has ``output_tokens`` only)."""
-    yield "message_start", message_start(request, usage)
+    yield "message_start", message_start(request, usage, answer.model)
     yield "ping", {"type": "ping"}
     for index, block in enumerate(content):
         if block["type"] == "text":
