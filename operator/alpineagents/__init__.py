@@ -5,7 +5,8 @@ Everything a program needs is importable from here: the :class:`Agent` and its
 for a URL; ``MinioStore`` is in ``alpineagents.store.s3``, as it needs the ``minio``
 extra), MCP servers as tools (:class:`MCPServer`; connecting needs the ``mcp`` extra),
 the store errors (one family under :class:`StoreError`), the model's :class:`Retry`
-policy, and the runner's :class:`ExitCode`.
+policy and :class:`Provider` (Bedrock, Vertex AI, Foundry, a gateway), and the runner's
+:class:`ExitCode`.
 
 The face is lazy: a name is imported from its module the first time it is read, so
 ``import alpineagents.pod_contract`` (the operator's contract with the runner) loads
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from .model import Retry
     from .permissions import Permissions
     from .pod_contract import ExitCode
+    from .providers import Provider
     from .state import Entry, EntryKind, ForkPoint, Outcome, State, StopReason, ToolCall
     from .store import FileStore, Record, StateInfo, Store, open_store
     from .tools import Tool, tool
@@ -58,6 +60,7 @@ _HOMES: dict[str, str] = {
     "MissingBucketError": ".errors",
     "Outcome": ".state",
     "Permissions": ".permissions",
+    "Provider": ".providers",
     "Price": ".usage",
     "Record": ".store",
     "Retry": ".model",
@@ -97,6 +100,7 @@ __all__ = [
     "Outcome",
     "Permissions",
     "Price",
+    "Provider",
     "Record",
     "Retry",
     "State",

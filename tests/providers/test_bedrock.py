@@ -10,8 +10,7 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from alpineagents import Agent, FileStore, Message, State, tool
-from alpineagents.providers import Provider
+from alpineagents import Agent, FileStore, Message, Provider, State, tool
 from alpineagents.testing import ModelServer, error, reply, tool_use
 from alpineagents.testing.bedrock_wire import BedrockServer, LocalSTS
 from tests.providers.conftest import next_region
