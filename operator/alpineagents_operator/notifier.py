@@ -104,6 +104,11 @@ class Notifier:
         if self._tries:
             await asyncio.wait(self._tries, timeout=TIMEOUT_SECONDS + 5.0)
 
+    async def tried(self) -> None:
+        """Return once every notification queued so far has been tried and marked (those
+        waiting for a backoff are not queued yet)."""
+        await self._keys.join()
+
     # ------------------------------------------------------------------ internals
     def _later(self, key: RunKey, wait: float) -> None:
         if key in self._timers:

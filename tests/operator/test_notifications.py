@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +228,39 @@ def test_an_unusable_target_is_marked_failed_and_nothing_is_sent(
         off = runs.wait_for(marked("off", "Failed"))
     assert "notifications are off" in off.object["status"]["notification"]["message"]
     assert sink.received == []
+
+
+async def test_two_operators_seeing_the_same_end_at_once_send_it_once(
+    control_plane: ControlPlane,
+) -> None:
+    """The Sending mark is written only if the run is unchanged since it was read: of two
+    operators judging the same end at the same moment (a leader deposed mid-handover and
+    its successor), one sends."""
+    from alpineagents_operator.cluster import Cluster
+    from alpineagents_operator.config import OperatorConfig
+    from alpineagents_operator.notifier import Notifier
+    from alpineagents_operator.views import AgentRunView
+    from tests.operator.test_reconciler_faults import Kube
+
+    control_plane.apply_crds()
+    kube = Kube(control_plane, f"twice-{uuid.uuid4().hex[:6]}")
+    control_plane.kubectl("create", "namespace", kube.namespace)
+    with HttpSink() as sink:
+        kube.create_run("twice", notify={"url": sink.url})
+        ends(control_plane, kube.namespace, "twice")
+        view = AgentRunView.from_body(kube.run("twice"))
+        config = OperatorConfig()
+        clusters = [Cluster(control_plane.api_client()) for _ in range(2)]
+        notifiers = [Notifier(config, cluster, lambda: datetime.now(UTC)) for cluster in clusters]
+        try:
+            for notifier in notifiers:
+                notifier.run_seen(view, gone=False)  # both judge it due, from the same read
+            for notifier in notifiers:
+                await notifier.tried()
+        finally:
+            for notifier, cluster in zip(notifiers, clusters, strict=True):
+                notifier.close()
+                cluster.close()
+        assert len(sink.received) == 1, sink.received
+    mark = kube.run("twice")["status"]["notification"]
+    assert (mark["state"], mark["attempts"]) == ("Delivered", 1), mark
