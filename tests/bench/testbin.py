@@ -306,8 +306,9 @@ def _copy_kueue_crds(folder: Path) -> None:
     partial = folder.parent / f".crds.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(source / "bases", partial)
+    partial.chmod(0o755)  # the module cache's folders and files are read-only
     for path in partial.iterdir():
-        path.chmod(0o644)  # the module cache's files are read-only
+        path.chmod(0o644)
     partial.replace(folder)
 
 
