@@ -169,6 +169,18 @@ class Provider:
                 raise
             raise ProviderError(error.where.replace("provider", where, 1), error.problem) from None
 
+    def check_identity(self, environ: Mapping[str, str] | None = None) -> None:
+        """Raise :class:`ProviderError` now if the pod's identity this provider needs is
+        plainly missing (a keyless Foundry run without Entra workload identity's variables),
+        rather than at the first model request."""
+        if self.type == "foundry" and self.credentials is None:
+            from .entra import EntraToken
+
+            try:
+                EntraToken.from_environment(environ)
+            except ValueError as error:
+                raise ProviderError("provider.credentials", str(error)) from None
+
     @property
     def gen_ai_name(self) -> str:
         """This provider's ``gen_ai.provider.name`` in traces."""

@@ -174,3 +174,14 @@ def test_runs_share_the_limiters_line_by_provider_endpoint() -> None:
     assert key(bedrock) != key(Provider(type="bedrock", region="eu-west-1"))
     assert key(bedrock) != key(None) == key(Provider())
     assert key(Provider(base_url="https://gateway.internal")) != key(None)
+
+
+def test_a_keyless_foundry_run_without_workload_identity_stops_at_its_start(
+    workspace: Workspace, model_server: ModelServer
+) -> None:
+    manifest = workspace.manifest(prompt="Hello.", provider={"type": "foundry", "resource": "r"})
+    runner = workspace.run(manifest)
+    assert runner.process.returncode == ExitCode.NOT_RETRYABLE, runner.stderr
+    assert runner.message["error"].startswith("spec.provider.credentials: ")
+    assert "AZURE_FEDERATED_TOKEN_FILE" in runner.message["error"]
+    assert model_server.requests == []

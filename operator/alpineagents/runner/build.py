@@ -84,8 +84,10 @@ def build_agent(
     if plan.spec.get("provider") is not None:
         try:
             agent.provider = Provider.from_spec(plan.spec["provider"], env)
+            agent.provider.check_identity(env)
         except ProviderError as error:
-            raise SpecError(error.where, error.problem) from None
+            where = error.where if error.where.startswith("spec.") else f"spec.{error.where}"
+            raise SpecError(where, error.problem) from None
     servers = _mcp_servers(plan, env)
     agent.toolsets.extend(servers)
     if plan.require_approval:
