@@ -238,9 +238,9 @@ class Cluster:
         return True
 
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        """One value of a Secret, decoded (None: no such Secret or key). Only a run's
-        notification reads one (its auth header, see :mod:`.notifications`); the value
-        is never logged."""
+        """One value of a Secret, decoded (None: no such Secret or key; PermissionError:
+        the operator may not read it). Only a run's notification reads one (its auth
+        header, see :mod:`.notifications`); the value is never logged."""
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -251,6 +251,8 @@ class Cluster:
         except ApiException as error:
             if error.status == 404:
                 return None
+            if error.status == 403:
+                raise PermissionError(f"the operator may not read Secrets in {namespace}") from None
             raise
         encoded = (secret.get("data") or {}).get(key)
         if not isinstance(encoded, str):

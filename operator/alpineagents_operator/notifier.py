@@ -243,9 +243,12 @@ class Notifier:
             return None, f"{where} names a Secret of the operator's installation: name your own"
         if target.secret_key is None:
             return None, f"{where} names no key"
-        value = await asyncio.to_thread(
-            self._cluster.secret_value, run.namespace, target.secret_name, target.secret_key
-        )
+        try:
+            value = await asyncio.to_thread(
+                self._cluster.secret_value, run.namespace, target.secret_name, target.secret_key
+            )
+        except PermissionError as error:
+            return None, f"{where}: {error} (the chart's notifications.enabled grants it)"
         if value is None:
             return None, f"{where} (key {target.secret_key!r}) does not exist in {run.namespace}"
         if "\n" in value.strip() or "\r" in value.strip():
