@@ -106,6 +106,8 @@ _OPERATOR_FIELDS = (
     "suspend",
     "onDelete",
     "forkFrom",
+    "notify",
+    "ttlSecondsAfterFinished",
 )
 _FIELDS = _SPEC_FIELDS + _OPERATOR_FIELDS
 _IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
