@@ -1,6 +1,7 @@
-"""Runs on AWS Bedrock: the SDK's AnthropicBedrock against a scripted Bedrock that verifies
-each request's SigV4 signature, with keys the SDK got from a local STS for the pod's
-web-identity token (as IRSA gives them)."""
+"""What is Bedrock's own: the model id in the request's path, the keys the SDK got from a
+local STS for the pod's web-identity token (as IRSA gives them), and a SigV4 signature the
+scripted Bedrock recomputes and refuses when it does not match. What every provider does
+is in test_every_provider.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import anthropic
 import pytest
 
 from alpineagents import Agent, FileStore, Message, Provider, State, tool
-from alpineagents.testing import ModelServer, error, reply, tool_use
+from alpineagents.testing import ModelServer, reply, tool_use
 from alpineagents.testing.bedrock_wire import BedrockServer, LocalSTS
 from tests.providers.conftest import next_region
 
@@ -71,40 +72,6 @@ def test_a_run_answers_through_bedrock_with_keys_from_the_web_identity_exchange(
     for secret, token in bedrock.sts.issued.values():
         assert secret not in saved and token not in saved
     assert TOKEN not in saved
-
-
-def test_prompt_caching_usage_comes_through_bedrock(
-    model: ModelServer, bedrock: BedrockServer
-) -> None:
-    long_system = "You answer briefly. " * 400  # past the 1,024 tokens a cache entry needs
-    model.add(reply("One."), reply("Two."))
-    agent = Agent(MODEL, system=long_system, provider=provider(bedrock))
-    state = State("cached", [Message.user("first")])
-    agent.run(state)
-    state.send("second")
-    agent.run(state)
-
-    first, second = (e.data["usage"] for e in state.history if e.kind == "model_reply")
-    assert first["cache_creation_input_tokens"] > 0
-    assert second["cache_read_input_tokens"] >= first["cache_creation_input_tokens"]
-    assert state.cost_usd > 0  # priced as the Anthropic id the Bedrock id names
-
-
-def test_a_bedrock_throttle_and_a_503_are_waits_not_failures(
-    model: ModelServer, bedrock: BedrockServer
-) -> None:
-    model.add(error(429), error(529), reply("Done after waiting."))
-    waits: list[str] = []
-    agent = Agent(
-        MODEL,
-        provider=provider(bedrock),
-        on_throttle=lambda state, throttle: waits.append(throttle.limit),
-    )
-    state = State("throttled", [Message.user("go")])
-
-    assert agent.run(state) == "Done after waiting."
-    assert waits == ["requests", "overloaded"]
-    assert not [e for e in state.history if e.kind == "model_error"]
 
 
 def test_a_request_signed_with_the_wrong_secret_is_refused(
