@@ -150,6 +150,8 @@ def test_a_crashed_and_resumed_run_shows_the_aborted_call_and_the_new_attempt(
     page.goto(f"{viewer.url}runs/job")
     expect(page.locator("#run-status")).to_have_text("lost")
     expect(page.locator("#process-note")).to_contain_text("No process runs it")
+    call = page.locator(".tl-row.call", has_text="shell")
+    expect(call.locator(".badge")).to_have_text("lost")  # not "running": nothing runs it
     page.goto(viewer.url)
     expect(page.locator('#runs tr[data-id="job"]')).to_contain_text("lost")
     screenshots.take(page, "ui-runs-lost")

@@ -322,7 +322,9 @@ function showRun(id) {
     }
     const kindLabel = { message: row.title, model: "model", call: "tool", sent: "sent", compaction: "compaction", stop: "stop", note: row.title }[row.kind] || row.kind;
     const name = row.kind === "call" ? `<span class="k">tool</span>${esc(row.title)}` : row.kind === "model" ? `<span class="k">model</span>` : esc(kindLabel);
-    const status = row.status && row.kind !== "message" ? badge(row.status, row.status === "answer" ? "answer" : undefined) : "";
+    // A call or request still open when its process was lost is not running: say so.
+    const shown = running && process === "lost" ? "lost" : row.status;
+    const status = shown && row.kind !== "message" ? badge(shown, shown === "answer" ? "answer" : undefined) : "";
     const textClass = row.status === "answer" ? "txt answer" : "txt";
     return `<div class="tl-row ${esc(row.kind)}${open} grid" style="top:${top}px" data-order="${row.order}" title="${esc(row.text)}"><div class="seq">${row.seq ?? ""}</div><div class="time">${esc(clock(row.start))}</div><div class="what">${name}</div><div class="${textClass}">${status} ${esc(row.text)}</div><div>${bar}</div><div class="dur">${esc(dur)}</div></div>`;
   };
@@ -391,8 +393,8 @@ function showRun(id) {
     note.textContent = notes[status] || "";
     const u = summary.usage;
     const facts = [
-      `<span><b>${summary.entries}</b> entries</span>`,
-      `<span><b>${summary.turns}</b> turns</span>`,
+      `<span><b>${summary.entries}</b> ${summary.entries === 1 ? "entry" : "entries"}</span>`,
+      `<span><b>${summary.turns}</b> turn${summary.turns === 1 ? "" : "s"}</span>`,
       `<span>tokens <b>${tokens(u.input_tokens + (u.cache_creation_input_tokens || 0) + (u.cache_read_input_tokens || 0))}</b> in (<b>${tokens(u.cache_read_input_tokens || 0)}</b> from cache, ${tokens(u.cache_creation_input_tokens || 0)} written) / <b>${tokens(u.output_tokens)}</b> out</span>`,
       ...(summary.cost_usd ? [`<span>about <b>$${summary.cost_usd.toFixed(summary.cost_usd < 1 ? 4 : 2)}</b></span>`] : []),
       `<span><b>${summary.attempts}</b> attempt${summary.attempts > 1 ? "s" : ""}</span>`,
