@@ -313,9 +313,10 @@ def node_failover(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: 
     lease, deadline, retry = result.timing
     page.rows["failover-node"] = Row(
         what,
-        f"{_p50_p95(times)} (Lease taken {_p50_p95(result.lease_taken)}); the standby saw "
-        f"the holder dead in {early} of {len(times)} trials; {result.pods} pods for "
-        f"{result.runs} runs",
+        f"{_p50_p95(times)} (Lease taken {_p50_p95(result.lease_taken)}); the new leader "
+        f"saw the holder dead in {early} of {len(times)} trials (the standby took over in "
+        f"{result.takers.count('the standby')}, the killed pod's restart in "
+        f"{result.takers.count('its restart')}); {result.pods} pods for {result.runs} runs",
         goal,
         percentile(times, 0.95) < FAILOVER_GOAL,
         f"{len(times)} kills",
