@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-import httpx
+import httpx2
 
 from . import notifications
 from .cluster import Cluster, StatusConflict
@@ -52,7 +52,7 @@ class Notifier:
         cluster: Cluster,
         clock: Callable[[], datetime],
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self._config = config
         self._cluster = cluster
@@ -216,7 +216,7 @@ class Notifier:
         except _NotSent as error:
             answered = None
             failure = str(error)
-        except (httpx.HTTPError, OSError) as error:
+        except (httpx2.HTTPError, OSError) as error:
             await self._mark(body, wanted, notifications.UNKNOWN, _unknown_text(error))
             return
         else:
@@ -257,21 +257,21 @@ class Notifier:
 
     async def _post(self, target: NotifyTarget, secret: str | None, content: bytes) -> int:
         """POST the event; the status the endpoint answered. Raises :class:`_NotSent`
-        when the connection never opened, and another ``httpx.HTTPError`` when the
+        when the connection never opened, and another ``httpx2.HTTPError`` when the
         request may have been received but no answer came."""
         headers = {"Content-Type": notifications.CONTENT_TYPE}
         if secret is not None:
             headers[target.header] = secret
-        async with httpx.AsyncClient(
+        async with httpx2.AsyncClient(
             timeout=TIMEOUT_SECONDS, follow_redirects=False, transport=self._transport
         ) as client:
             try:
                 response = await client.post(target.url, content=content, headers=headers)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as error:
+            except (httpx2.ConnectError, httpx2.ConnectTimeout) as error:
                 raise _NotSent(
                     f"the endpoint could not be reached ({type(error).__name__})"
                 ) from None
-            except httpx.UnsupportedProtocol:
+            except httpx2.UnsupportedProtocol:
                 raise _NotSent("spec.notify.url is not an http(s) URL") from None
             return response.status_code
 
