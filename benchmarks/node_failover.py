@@ -6,9 +6,11 @@ operator replicas, the Lease at 15 / 10 / 2 s (lease, renew deadline, retry), IN
 Each trial: the standby replica has read the Lease (its log says whom it stands by for);
 the leader's process, found on this machine (the node's containers are its processes) by
 its pod's name in its environment, is SIGKILLed, and at once an AgentRun is created.
-*Lease taken*: kill → the Lease's event naming the standby; *next reconcile*: kill → the
+*Lease taken*: kill → the Lease's event naming a new holder; *next reconcile*: kill → the
 new run's pod ADDED, both on watches held here. The killed container restarts (the
-kubelet) and stands by for the next trial. After the trials every run has one pod.
+kubelet); if the standby took over, the killed pod is then deleted so that a fresh pod
+stands by for the next trial (a container killed again and again waits out the kubelet's
+growing back-off). After the trials every run has one pod.
 """
 
 from __future__ import annotations
@@ -64,6 +66,22 @@ def operator_pid(pod: str) -> int:
     raise RuntimeError(f"no operator process of pod {pod} on this machine")
 
 
+def _operator_pods(core: Any) -> list[str]:
+    """The two operator replicas' pods (not one being deleted), once there are two."""
+    deadline = time.monotonic() + 600
+    while True:
+        pods = [
+            str(p.metadata.name)
+            for p in core.list_namespaced_pod(NAMESPACE, label_selector=OPERATOR).items
+            if not p.metadata.deletion_timestamp
+        ]
+        if len(pods) == 2:
+            return pods
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"operator pods: {pods}, not two")
+        time.sleep(0.5)  # the Deployment replacing a deleted pod: before the trial
+
+
 def _taken_from(killed: str, event: Any) -> bool:
     """A Lease event naming a holder other than the killed process: the standby, or the
     killed pod's restarted container (a new process, which knows its pod's last holder is
@@ -111,10 +129,7 @@ def measure(workdir: Path, trials: int) -> NodeFailovers:
         result.timing = (parsed.lease_seconds, parsed.renew_deadline_seconds, parsed.retry_seconds)
         with EventLog(api, NAMESPACE, "leases") as leases, EventLog(api, NAMESPACE, "pods") as pods:
             for number in range(trials):
-                pods_now = [
-                    str(p.metadata.name)
-                    for p in core.list_namespaced_pod(NAMESPACE, label_selector=OPERATOR).items
-                ]
+                pods_now = _operator_pods(core)
                 held = _holder(coordination, settings)
                 leader = _pod_of(held)
                 (standby,) = [p for p in pods_now if p != leader]
@@ -134,6 +149,11 @@ def measure(workdir: Path, trials: int) -> NodeFailovers:
                 from tests.bench.operator_process import holder
 
                 new_leader = _pod_of(holder(taken))
+                if new_leader != leader:
+                    # A fresh standby for the next trial: the killed pod's container would
+                    # come back after the kubelet's crash-loop back-off, which grows with
+                    # each kill of the same pod; a replacement pod starts at once.
+                    cluster.kubectl("delete", "pod", leader, "-n", NAMESPACE, "--wait=false")
                 result.takers.append("the standby" if new_leader == standby else "its restart")
                 said = [
                     line
