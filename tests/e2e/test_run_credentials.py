@@ -12,6 +12,7 @@ import json
 import uuid
 
 import pytest
+import yaml
 
 from tests.e2e.environment import (
     CLOSED_ON_STOP,
@@ -101,3 +102,46 @@ def test_a_run_pod_holds_credentials_for_its_own_run_only(e2e: Environment) -> N
     assert done["answer"].startswith(CLOSED_ON_STOP), done["answer"]
     second = secret_data(e2e, f"{name}-store-credentials")
     assert second["AWS_ACCESS_KEY_ID"] != first["AWS_ACCESS_KEY_ID"]
+
+
+def test_a_forks_pod_holds_credentials_for_the_fork_only_never_its_source(
+    e2e: Environment,
+) -> None:
+    """The operator copies the source's entries with its own key; the fork's pod reads only
+    the fork's State, and the store refuses it the source's (docs/fork.md)."""
+    source = f"source-{uuid.uuid4().hex[:6]}"
+    apply_run(e2e, source, f"Run the slow step.\n{SLOW_STEP}")
+    source_state = status(wait_until_tool_runs(e2e, source))["stateId"]
+
+    name = f"fork-{uuid.uuid4().hex[:6]}"
+    body = {
+        "apiVersion": "alpineagents.dev/v1",
+        "kind": "AgentRun",
+        "metadata": {"name": name},
+        "spec": {
+            "model": "claude-sonnet-5",
+            "tools": ["shell"],
+            "maxTurns": 5,
+            "forkFrom": {"run": source, "entry": 0},  # the prompt: the fork asks again
+            "env": [{"name": "ALPINEAGENTS_LOG_FORMAT", "value": "json"}],
+        },
+    }
+    e2e.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
+    fork = status(wait_until_tool_runs(e2e, name))
+    assert fork["forkedFrom"]["run"] == source, fork
+    assert fork["stateId"] != source_state
+
+    probe = e2e.kubectl(
+        "exec",
+        fork["pod"],
+        "-c",
+        "agent",
+        "--",
+        "python",
+        "-c",
+        _PROBE,
+        fork["stateId"],
+        source_state,
+    )
+    codes = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert codes == {"own": 200, "other": 403, "list_prefix": 403, "list_bucket": 403}, codes
