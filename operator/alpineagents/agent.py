@@ -298,7 +298,7 @@ class Agent:
         )
         await self._save(state)
         try:
-            reply = await tracing.chat(request, self._ask(state, request))
+            reply = await tracing.chat(request, self._ask(state, request, chars))
         except Exception as error:
             # Taken back: the messages stay as they were, so the next think asks again.
             state.add("model_error", error_text(error), {"error": error_text(error)}, error)
@@ -547,7 +547,9 @@ class Agent:
             )
         return await hold.toolsets.tools(state, self.tools)
 
-    async def _ask(self, state: State, request: dict[str, Any]) -> dict[str, Any]:
+    async def _ask(
+        self, state: State, request: dict[str, Any], prompt_chars: int | None = None
+    ) -> dict[str, Any]:
         def report(throttle: Throttle) -> None:
             tracing.throttled(throttle)
             if self.on_throttle is not None:
@@ -555,7 +557,9 @@ class Agent:
 
         secrets = self.provider.secrets() if self.provider is not None else ()
         client = self._model_client()
-        return await _model.ask(client, request, self.retry, self.pacer, report, secrets)
+        return await _model.ask(
+            client, request, self.retry, self.pacer, report, secrets, prompt_chars=prompt_chars
+        )
 
     def _model_client(self) -> Any:
         run = _run_client.get(None)

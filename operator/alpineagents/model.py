@@ -153,6 +153,8 @@ async def ask(
     pacer: Pacer | None = None,
     report: Report | None = None,
     secrets: Sequence[str] = (),
+    *,
+    prompt_chars: int | None = None,
 ) -> dict[str, Any]:
     """Send one Messages API request when ``pacer`` gives it its turn (by default, the
     process's pacer for the client's key), and return the reply as a plain dict.
@@ -160,9 +162,11 @@ async def ask(
     ``client`` is an ``anthropic.AsyncAnthropic`` or ``anthropic.Anthropic`` (run on a
     worker thread). ``report`` is told of each wait for capacity. ``secrets`` (a gateway's
     headers, say) are masked in the error raised, with the client's own credentials.
+    ``prompt_chars``, the messages' size the caller already knows, spares measuring it
+    again for the pacer (which would cost a pass over the whole history each request).
     """
     pacer = pacer if pacer is not None else process_pacer(client)
-    ticket = Ticket(request_cost(request))
+    ticket = Ticket(request_cost(request, prompt_chars))
     failures = 0
     try:
         while True:

@@ -105,11 +105,15 @@ class RateSignals:
         return worst
 
 
-def request_cost(request: Mapping[str, Any]) -> dict[Limit, int]:
+def request_cost(request: Mapping[str, Any], messages_chars: int | None = None) -> dict[Limit, int]:
     """What a Messages API request takes from a key's limits, as it is sent: one request,
     its prompt's tokens (an upper bound: the API does not count cache reads) and its
-    ``max_tokens`` (the API reserves them when the request starts)."""
-    prompt = sum(len(str(request.get(part) or "")) for part in ("system", "messages", "tools"))
+    ``max_tokens`` (the API reserves them when the request starts).
+
+    ``messages_chars``: the size of ``request["messages"]`` when the caller knows it (the
+    Agent does, incrementally); measuring it here is a pass over the whole history."""
+    parts = ("system", "tools") if messages_chars is not None else ("system", "messages", "tools")
+    prompt = sum(len(str(request.get(part) or "")) for part in parts) + (messages_chars or 0)
     return {
         "requests": 1,
         "input_tokens": math.ceil(prompt / 4),
