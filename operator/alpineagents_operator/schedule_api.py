@@ -40,24 +40,7 @@ class ScheduleApi:
 
     def get_schedule(self, namespace: str, name: str) -> JSON | None:
         """The AgentSchedule, or None if it is gone."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return _finish(
-                self._custom.get_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    SCHEDULE_PLURAL,
-                    name,
-                    _preload_content=False,
-                    _request_timeout=_TIMEOUT,
-                )
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        return self._get(namespace, SCHEDULE_PLURAL, name)
 
     def list_runs(self, namespace: str, schedule: str) -> list[JSON]:
         """The AgentRuns labelled with ``schedule``'s name (the caller checks the owner)."""
@@ -76,6 +59,9 @@ class ScheduleApi:
 
     def get_run(self, namespace: str, name: str) -> JSON | None:
         """The AgentRun, or None if there is none."""
+        return self._get(namespace, PLURAL, name)
+
+    def _get(self, namespace: str, plural: str, name: str) -> JSON | None:
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -84,7 +70,7 @@ class ScheduleApi:
                     GROUP,
                     VERSION,
                     namespace,
-                    PLURAL,
+                    plural,
                     name,
                     _preload_content=False,
                     _request_timeout=_TIMEOUT,
