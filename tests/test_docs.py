@@ -90,3 +90,13 @@ def test_the_cli_reference_is_what_help_prints() -> None:
         assert block == help_text.rstrip(), (
             f"alpineagents {name}: run python scripts/cli_reference.py"
         )
+
+
+def test_every_page_is_in_the_docs_index() -> None:
+    index = (REPO / "docs" / "README.md").read_text(encoding="utf-8")
+    missing = [
+        p.name
+        for p in sorted((REPO / "docs").glob("*.md"))
+        if p.name != "README.md" and f"({p.name})" not in index
+    ]
+    assert not missing, f"add a line for each to docs/README.md: {missing}"
