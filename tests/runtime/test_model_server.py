@@ -10,11 +10,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +32,7 @@ from alpineagents.testing import (
     reply,
     tool_use,
 )
+from tests.bench.pipes import read_line
 from tests.paths import REPO
 
 try:  # the transport the installed SDK is built on (httpx2 in anthropic 2.x)
@@ -678,19 +677,6 @@ def test_cli_needs_a_script_or_echo() -> None:
     )
     assert result.returncode == 2
     assert "--script" in result.stderr
-
-
-def read_line(stream: Any, timeout: float = 60) -> str:
-    """The next line of a child's pipe, failing (not hanging) if none comes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([stream], [], [], 0.5)
-        if ready:
-            line: str = stream.readline()
-            if not line:
-                raise AssertionError("the process closed its output")
-            return line
-    raise AssertionError(f"no output line within {timeout}s")
 
 
 # --- raw HTTP (for what the SDK will not send) -----------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import pytest
 from alpineagents.testing import ModelServer, RateLimits, error, hold, reply
 from alpineagents.testing.rate_limits import Admission, RateLimiter, Refusal
 from tests.bench.clock import FakeClock
+from tests.bench.pipes import read_line
 from tests.paths import REPO
 
 pytestmark = pytest.mark.bench_infra
@@ -434,9 +434,7 @@ def test_cli_rate_limit_flags() -> None:
     ) as process:
         try:
             assert process.stdout is not None
-            ready, _, _ = select.select([process.stdout], [], [], WAIT)
-            assert ready, "the server printed no URL"
-            url = process.stdout.readline().strip()
+            url = read_line(process.stdout, WAIT).strip()
             with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0) as client:
                 first = ask_raw(client)
                 assert first.headers["anthropic-ratelimit-requests-limit"] == "1"
