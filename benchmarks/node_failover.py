@@ -115,7 +115,7 @@ def measure(workdir: Path, trials: int) -> NodeFailovers:
     from kubernetes import client
     from tests.bench.operator_process import EventLog
 
-    from alpineagents_operator.leadership import LeaseSettings
+    from alpineagents_operator.edge.leadership import LeaseSettings
 
     result = NodeFailovers()
     with real_node(workdir, {"logLevel": "INFO"}) as cluster:

@@ -137,7 +137,7 @@ class Template:
         )
 
     def _for(self, text: str, name: str, uid: str) -> Any:
-        from alpineagents_operator.views import state_id_for
+        from alpineagents_operator.kube.views import state_id_for
 
         old_state = state_id_for(NAMESPACE, TEMPLATE, self.uid)
         text = text.replace(old_state, state_id_for(NAMESPACE, name, uid))

@@ -277,7 +277,7 @@ def test_the_replicas_elect_one_leader_with_the_charts_lease(helm: Helm) -> None
     where = f"{lease['metadata']['namespace']}/{lease['metadata']['name']}"
     assert settings["ALPINEAGENTS_LEADER_LEASE"] == where == "agents/test-alpineagents-operator"
     assert "spec" not in lease  # the operator's to write: an upgrade leaves the holder be
-    from alpineagents_operator.leadership import LeaseSettings
+    from alpineagents_operator.edge.leadership import LeaseSettings
 
     parsed = LeaseSettings.from_env(settings)
     assert parsed is not None
@@ -558,7 +558,7 @@ def test_the_warm_pool_adds_what_it_needs_and_its_standbys_go_with_the_release(
                 "verbs": ["get"],
             }
         ]
-    from alpineagents_operator.config import OperatorConfig
+    from alpineagents_operator.kube.config import OperatorConfig
 
     settings = _operator_settings(objects)
     assert OperatorConfig.from_env(settings).warm_pool_owner == ("Role", own)
@@ -888,8 +888,8 @@ def test_the_chart_readme_documents_every_value() -> None:
 
 
 def test_one_version_and_one_user_across_image_chart_and_operator() -> None:
-    from alpineagents_operator import pods
-    from alpineagents_operator.config import DEFAULT_POD_COMMAND
+    from alpineagents_operator.kube import pods
+    from alpineagents_operator.kube.config import DEFAULT_POD_COMMAND
 
     dockerfile = (REPO / "Dockerfile").read_text()
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -950,7 +950,7 @@ def _egress_ports(rule: dict[str, Any]) -> list[tuple[int, str]]:
 
 
 def test_agent_pods_may_reach_only_dns_the_model_and_the_store(helm: Helm) -> None:
-    from alpineagents_operator.pods import run_labels
+    from alpineagents_operator.kube.pods import run_labels
 
     namespaces = _namespaces()
     objects = helm.template(CASES["several-namespaces"](namespaces), namespace=namespaces[0])
@@ -1175,7 +1175,7 @@ def test_monitoring_renders_a_service_monitor_rules_and_a_dashboard(helm: Helm) 
 def test_every_metric_the_dashboard_and_rules_name_is_exported(helm: Helm) -> None:
     from prometheus_client import generate_latest
 
-    from alpineagents_operator.metrics import OperatorMetrics
+    from alpineagents_operator.kube.metrics import OperatorMetrics
 
     found = _monitoring_objects(helm)
     named = set(_METRIC.findall(found["dashboard"]["data"]["alpineagents.json"]))
@@ -1337,9 +1337,9 @@ def test_the_alert_rules_pass_promtool_check_and_their_unit_tests(
 
 
 def test_telemetry_values_give_run_pods_their_otel_variables(helm: Helm) -> None:
-    from alpineagents_operator.config import OperatorConfig
-    from alpineagents_operator.pods import pod_manifest
-    from alpineagents_operator.views import AgentRunView
+    from alpineagents_operator.kube.config import OperatorConfig
+    from alpineagents_operator.kube.pods import pod_manifest
+    from alpineagents_operator.kube.views import AgentRunView
 
     objects = helm.template(
         {

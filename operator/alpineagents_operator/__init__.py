@@ -1,12 +1,12 @@
 """The alpineagents operator: turns AgentRun custom resources into pods that resume.
 
 Run it with ``python -m alpineagents_operator`` (see :mod:`alpineagents_operator.__main__`).
-The reconcile logic is a pure function, :func:`alpineagents_operator.decide.decide`;
-the kopf handlers in :mod:`alpineagents_operator.handlers` only feed it and carry out
+The reconcile logic is a pure function, :func:`alpineagents_operator.deciding.decide.decide`;
+the kopf handlers in :mod:`alpineagents_operator.edge.handlers` only feed it and carry out
 what it decides.
 
 The names here are imported on first access, so importing one module of the operator
-(``alpineagents_operator.config``, say) loads only what that module needs.
+(``alpineagents_operator.kube.config``, say) loads only what that module needs.
 """
 
 from __future__ import annotations
@@ -15,10 +15,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .config import OperatorConfig
-    from .decide import Decision, decide
+    from alpineagents_operator.deciding.decide import Decision, decide
+    from alpineagents_operator.kube.config import OperatorConfig
 
-_HOMES: dict[str, str] = {"Decision": ".decide", "OperatorConfig": ".config", "decide": ".decide"}
+_HOMES: dict[str, str] = {
+    "Decision": ".deciding.decide",
+    "OperatorConfig": ".kube.config",
+    "decide": ".deciding.decide",
+}
 
 __all__ = ["Decision", "OperatorConfig", "decide"]
 

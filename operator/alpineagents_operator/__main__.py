@@ -1,7 +1,7 @@
 """Run the operator: ``python -m alpineagents_operator``.
 
-This is ``kopf run -m alpineagents_operator.handlers`` with the settings taken from the
-environment (see :mod:`alpineagents_operator.config`):
+This is ``kopf run -m alpineagents_operator.edge.handlers`` with the settings taken from the
+environment (see :mod:`alpineagents_operator.kube.config`):
 
 - watches the namespaces in ``ALPINEAGENTS_NAMESPACES`` (empty: the whole cluster);
 - standalone (no peering) unless ``ALPINEAGENTS_PEERING`` names a peering;
@@ -12,7 +12,7 @@ environment (see :mod:`alpineagents_operator.config`):
 - logs at ``ALPINEAGENTS_LOG_LEVEL`` (INFO: the operator's decisions and kopf's warnings;
   DEBUG adds kopf's own detail, a line for each handler that succeeded among it);
 - with ``ALPINEAGENTS_LEADER_LEASE`` set, waits as a standby until it holds that Lease
-  and acts only while it does (see :mod:`alpineagents_operator.leadership`).
+  and acts only while it does (see :mod:`alpineagents_operator.edge.leadership`).
 
 It connects with in-cluster credentials inside a pod, else with ``$KUBECONFIG``. SIGTERM
 or Ctrl+C stops it cleanly; agent pods keep running and are adopted by the next start.
@@ -25,8 +25,8 @@ import os
 
 import kopf
 
-from .config import OperatorConfig
-from .leadership import LeaderElector, LeaseSettings, StandbyHealth
+from alpineagents_operator.edge.leadership import LeaderElector, LeaseSettings, StandbyHealth
+from alpineagents_operator.kube.config import OperatorConfig
 
 
 def main() -> None:
@@ -40,7 +40,9 @@ def main() -> None:
         # operator's CPU and delayed the resumes; its warnings and errors still show (and
         # are posted as Events from WARNING up, as before).
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    from . import handlers  # registers the handlers with kopf's default registry
+    from alpineagents_operator.edge import (
+        handlers,  # registers the handlers with kopf's default registry
+    )
 
     del handlers
     elector = _lead(LeaseSettings.from_env(), config.health_port)
@@ -56,7 +58,7 @@ def _lead(settings: LeaseSettings | None, health_port: int) -> LeaderElector | N
     one); its liveness endpoint answers meanwhile."""
     if settings is None:
         return None
-    from .cluster import api_client_from_environment
+    from alpineagents_operator.kube.cluster import api_client_from_environment
 
     elector = LeaderElector(settings, api_client_from_environment())
     health = StandbyHealth(health_port, elector) if health_port else None

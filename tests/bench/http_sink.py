@@ -1,7 +1,9 @@
 """A real HTTP endpoint on loopback that keeps every request it is sent (a webhook's
 receiver, for the operator's notifications): it refuses with 503 until :meth:`HttpSink.open`
 is called (or always answers ``status`` when made open), and a test waits for requests
-instead of sleeping."""
+instead of sleeping. ``host`` is where it listens: loopback for an operator process on this
+machine, :data:`~tests.bench.node_network.TEST_SERVERS_ADDRESS` for one in a pod of the
+real node."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ class Received:
 class HttpSink:
     """``with HttpSink() as sink``: listening on ``sink.url`` until the block ends."""
 
-    def __init__(self, *, open: bool = True) -> None:
+    def __init__(self, *, open: bool = True, host: str = "127.0.0.1") -> None:
         self._open = open
         self.received: list[Received] = []
         self._changed = threading.Condition()
@@ -54,7 +56,7 @@ class HttpSink:
             def log_message(self, *_: Any) -> None:
                 return None
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = ThreadingHTTPServer((host, 0), _Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -86,6 +86,13 @@ def _config(cert_dir: Path, webhook_port: int, health_port: int) -> str:
             # (it needs nothing beyond the core APIs).
             "integrations": {"frameworks": ["batch/job"]},
             "featureGates": {"VisibilityOnDemand": False},
+            # Fair sharing between the ClusterQueues of a cohort, as a platform team
+            # sharing quota between teams turns it on (tests/bench/kueue_fair_share.py);
+            # a ClusterQueue in no cohort, and preemption (off in every queue here),
+            # are as without it.
+            "fairSharing": {
+                "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+            },
         }
     )
 

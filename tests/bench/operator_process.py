@@ -153,8 +153,8 @@ class Event:
 
 
 class EventLog:
-    """Every event of one watch (``pods``, ``agentruns``, ``agentschedules``, ``leases``
-    or core ``events`` in a namespace)."""
+    """Every event of one watch (``pods``, ``agentruns``, ``agentschedules``, ``leases``,
+    core ``events`` or Kueue's ``workloads`` in a namespace)."""
 
     def __init__(self, api_client: Any, namespace: str, kind: str) -> None:
         from kubernetes import client
@@ -171,6 +171,9 @@ class EventLog:
                 "alpineagents.dev", "v1", namespace, "agentschedules", **o
             ),
             "events": lambda **o: core.list_namespaced_event(namespace, **o),
+            "workloads": lambda **o: custom.list_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", namespace, "workloads", **o
+            ),
         }
         self._list = lists[kind]
         self.kind = kind
@@ -236,6 +239,15 @@ class EventLog:
                 if remaining <= 0:
                     raise TimeoutError(f"no such {self.kind} event within {WAIT_LIMIT} s")
                 self._changed.wait(remaining)
+
+    def since(self, seen: int, timeout: float) -> list[Event]:
+        """The events after the first ``seen``, waiting up to ``timeout`` seconds for one
+        if none has come yet (empty: none came). For a reader of thousands of events,
+        which :meth:`wait_for` would scan from the start each time."""
+        with self._changed:
+            if len(self.events) <= seen:
+                self._changed.wait(timeout)
+            return self.events[seen:]
 
 
 def holder(event: Event) -> str:

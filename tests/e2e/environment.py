@@ -406,6 +406,42 @@ def wait_for_pods(
                 return list(pods.values())
 
 
+def wait_for_event(
+    env: Environment, about: str, reason: str, saying: str, timeout: float = DEADLINE
+) -> JSON:
+    """Watch the Events about the object ``about`` until one of ``reason`` whose message
+    holds ``saying`` is there; fails after ``timeout`` seconds with the operator's log."""
+    from kubernetes import client, watch
+
+    core = client.CoreV1Api(env.api_client)
+    selector = f"involvedObject.name={about},reason={reason}"
+    deadline = time.monotonic() + timeout
+    while True:
+        listing = core.list_namespaced_event(env.namespace, field_selector=selector)
+        for event in listing.items:
+            if saying in (event.message or ""):
+                return dict(env.api_client.sanitize_for_serialization(event))
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            told = [event.message for event in listing.items]
+            raise AssertionError(
+                f"no Event {reason} about {about} saying {saying!r} (there are: {told})\n"
+                f"{env.diagnostics()}"
+            )
+        stream = watch.Watch().stream(
+            core.list_namespaced_event,
+            env.namespace,
+            field_selector=selector,
+            resource_version=listing.metadata.resource_version,
+            timeout_seconds=max(1, int(remaining)),
+        )
+        for change in stream:
+            if change["type"] in ("ERROR", "BOOKMARK"):
+                break
+            if saying in (change["object"].message or ""):
+                return dict(env.api_client.sanitize_for_serialization(change["object"]))
+
+
 def wait_phase(env: Environment, name: str, phase: str, timeout: float = 300.0) -> JSON:
     """The run's status once it is in ``phase``."""
     return status(wait_for_run(env, name, in_phase(phase), phase, timeout))

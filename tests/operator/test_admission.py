@@ -1,5 +1,5 @@
 """The admission ledger: caps per namespace and cluster, the line by priority then age,
-places taken atomically and given back (``alpineagents_operator.admission``)."""
+places taken atomically and given back (``alpineagents_operator.kube.admission``)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any, cast
 import pytest
 from prometheus_client import generate_latest
 
-from alpineagents_operator.admission import Admission, Caps, parse_cap
-from alpineagents_operator.cluster import Cluster
-from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.metrics import OperatorMetrics
-from alpineagents_operator.places import Places
-from alpineagents_operator.views import AgentRunView
+from alpineagents_operator.kube.admission import Admission, Caps, parse_cap
+from alpineagents_operator.kube.cluster import Cluster
+from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.metrics import OperatorMetrics
+from alpineagents_operator.kube.views import AgentRunView
+from alpineagents_operator.reconciling.places import Places
 
 
 def agent_run(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from alpineagents_operator.admission import ANNOTATION
+from alpineagents_operator.kube.admission import ANNOTATION
 from tests.bench.control_plane import ControlPlane
 from tests.bench.operator_process import (
     Event,

@@ -33,9 +33,9 @@ import pytest
 import yaml
 
 from alpineagents.pod_contract import termination_message_json
-from alpineagents_operator.cron import parse_cron
-from alpineagents_operator.schedule_names import SCHEDULE_LABEL
-from alpineagents_operator.schedules import run_name
+from alpineagents_operator.deciding.cron import parse_cron
+from alpineagents_operator.deciding.schedules import run_name
+from alpineagents_operator.kube.schedule_names import SCHEDULE_LABEL
 from tests.bench.control_plane import ControlPlane
 from tests.bench.operator_process import (
     WAIT_LIMIT,

@@ -15,10 +15,16 @@ from typing import Any
 
 import pytest
 
-from alpineagents_operator.admission import Verdict
-from alpineagents_operator.decide import Decision, claim_refusal, decide, pod_refusal, refused
-from alpineagents_operator.run_status import conditions_for
-from alpineagents_operator.views import (
+from alpineagents_operator.deciding.decide import (
+    Decision,
+    claim_refusal,
+    decide,
+    pod_refusal,
+    refused,
+)
+from alpineagents_operator.deciding.run_status import conditions_for
+from alpineagents_operator.kube.admission import Verdict
+from alpineagents_operator.kube.views import (
     AgentRunView,
     PendingApproval,
     Phase,

@@ -10,11 +10,11 @@ from __future__ import annotations
 import importlib
 import re
 
-from alpineagents_operator.decide import DECISION_TABLE, PHASES
-from alpineagents_operator.pod_exits import BY_OUTCOME
+from alpineagents_operator.deciding.decide import DECISION_TABLE, PHASES
+from alpineagents_operator.deciding.pod_exits import BY_OUTCOME
 
 # The package's face names the function decide; the tables are its module's.
-decide_module = importlib.import_module("alpineagents_operator.decide")
+decide_module = importlib.import_module("alpineagents_operator.deciding.decide")
 
 
 def _tables(text: str) -> list[list[tuple[str, str]]]:

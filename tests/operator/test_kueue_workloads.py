@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.decide import decide
-from alpineagents_operator.kueue_workloads import (
+from alpineagents_operator.deciding.decide import decide
+from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.kueue_workloads import (
     EVICTED_REASON,
     WAITING_REASON,
     finished_patch,
@@ -20,8 +20,8 @@ from alpineagents_operator.kueue_workloads import (
     workload_manifest,
     workload_name,
 )
-from alpineagents_operator.pods import owner_reference, pod_manifest
-from alpineagents_operator.views import AgentRunView, PodView
+from alpineagents_operator.kube.pods import owner_reference, pod_manifest
+from alpineagents_operator.kube.views import AgentRunView, PodView
 
 NOW = datetime(2026, 12, 7, 6, 0, tzinfo=UTC)
 

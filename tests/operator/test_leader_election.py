@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from alpineagents_operator.leadership import LeaderElector, LeaseSettings
+from alpineagents_operator.edge.leadership import LeaderElector, LeaseSettings
 from tests.bench.control_plane import ControlPlane
 from tests.bench.operator_process import (
     WAIT_LIMIT,

@@ -1,5 +1,5 @@
 """A standby takes the Lease as soon as its holder's pod shows the holder dead, instead of
-waiting out the lease (:mod:`alpineagents_operator.lease_holder`), on the real
+waiting out the lease (:mod:`alpineagents_operator.edge.lease_holder`), on the real
 kube-apiserver (:mod:`tests.bench.control_plane`, no node).
 
 With no node there is no kubelet: the test writes the holder pod's status as the kubelet
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from alpineagents_operator.leadership import LeaderElector, LeaseSettings
-from alpineagents_operator.lease_holder import HolderLiveness, api_pod_reader
+from alpineagents_operator.edge.leadership import LeaderElector, LeaseSettings
+from alpineagents_operator.edge.lease_holder import HolderLiveness, api_pod_reader
 from tests.bench.control_plane import ControlPlane
 from tests.bench.operator_process import (
     WAIT_LIMIT,

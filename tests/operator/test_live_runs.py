@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from alpineagents_operator.cluster import Cluster
-from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.reconciler import Reconciler
-from alpineagents_operator.views import RUN_LABEL
-from alpineagents_operator.watched import Watched
+from alpineagents_operator.kube.cluster import Cluster
+from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.views import RUN_LABEL
+from alpineagents_operator.reconciling.reconciler import Reconciler
+from alpineagents_operator.watching.watched import Watched
 from tests.bench.control_plane import ControlPlane
 from tests.operator.test_reconciler_faults import Kube, status
 

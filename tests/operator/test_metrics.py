@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alpineagents_operator.metrics import OperatorMetrics
+from alpineagents_operator.kube.metrics import OperatorMetrics
 
 SPEC = {"model": "claude-sonnet-5"}
 

@@ -236,10 +236,10 @@ async def test_two_operators_seeing_the_same_end_at_once_send_it_once(
     """The Sending mark is written only if the run is unchanged since it was read: of two
     operators judging the same end at the same moment (a leader deposed mid-handover and
     its successor), one sends."""
-    from alpineagents_operator.cluster import Cluster
-    from alpineagents_operator.config import OperatorConfig
-    from alpineagents_operator.notifier import Notifier
-    from alpineagents_operator.views import AgentRunView
+    from alpineagents_operator.kube.cluster import Cluster
+    from alpineagents_operator.kube.config import OperatorConfig
+    from alpineagents_operator.kube.views import AgentRunView
+    from alpineagents_operator.reconciling.notifier import Notifier
     from tests.operator.test_reconciler_faults import Kube
 
     control_plane.apply_crds()

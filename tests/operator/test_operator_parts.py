@@ -12,11 +12,11 @@ import pytest
 
 from alpineagents import FileStore, Message, Record, State
 from alpineagents.state import UNKNOWN_RESULT
-from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.metrics import OperatorMetrics
-from alpineagents_operator.pods import pod_manifest, spec_secret
-from alpineagents_operator.saved_state import read_saved, saved_view
-from alpineagents_operator.views import AgentRunView
+from alpineagents_operator.credentials.saved_state import read_saved, saved_view
+from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.metrics import OperatorMetrics
+from alpineagents_operator.kube.pods import pod_manifest, spec_secret
+from alpineagents_operator.kube.views import AgentRunView
 
 UID = "6f1d2c3b-0000-4000-8000-000000000001"
 

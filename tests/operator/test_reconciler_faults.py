@@ -37,11 +37,11 @@ import yaml
 from alpineagents import Message, Record, State, StateFencedError, Store, open_store
 from alpineagents.store import WrappedStore
 from alpineagents.testing import ModelServer, reply, tool_use
-from alpineagents_operator.cluster import Cluster
-from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.reconciler import Reconciler
-from alpineagents_operator.views import format_time
-from alpineagents_operator.watched import Watched
+from alpineagents_operator.kube.cluster import Cluster
+from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.views import format_time
+from alpineagents_operator.reconciling.reconciler import Reconciler
+from alpineagents_operator.watching.watched import Watched
 from tests.bench.control_plane import ControlPlane
 from tests.bench.minio_server import S3Server
 from tests.bench.runner_process import (

@@ -13,12 +13,16 @@ from typing import Any
 
 import pytest
 
-from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.decide import refused
-from alpineagents_operator.refusals import env_shape_problem, run_refusal, secret_names
-from alpineagents_operator.resource_caps import parse_quantity
-from alpineagents_operator.store_policy import StoreNotAllowed, guarded_opener, store_refusal
-from alpineagents_operator.views import AgentRunView
+from alpineagents_operator.credentials.store_policy import (
+    StoreNotAllowed,
+    guarded_opener,
+    store_refusal,
+)
+from alpineagents_operator.deciding.decide import refused
+from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.resource_caps import parse_quantity
+from alpineagents_operator.kube.views import AgentRunView
+from alpineagents_operator.watching.refusals import env_shape_problem, run_refusal, secret_names
 
 UID = "6f1d2c3b-0000-4000-8000-000000000001"
 STORE = "s3://runs/prod?endpoint=minio.alpine.svc:9000&secure=false"

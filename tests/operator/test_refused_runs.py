@@ -24,10 +24,10 @@ import pytest
 import yaml
 
 from alpineagents import Message, State, Store, open_store
-from alpineagents_operator.cluster import Cluster
-from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.reconciler import Reconciler
-from alpineagents_operator.views import format_time
+from alpineagents_operator.kube.cluster import Cluster
+from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.views import format_time
+from alpineagents_operator.reconciling.reconciler import Reconciler
 from tests.bench.control_plane import ControlPlane
 from tests.bench.minio_server import S3Server
 from tests.operator.test_reconciler_faults import Kube, status

@@ -26,9 +26,8 @@ from minio.error import S3Error
 from alpineagents import Message, State
 from alpineagents.store.s3 import MinioStore
 from alpineagents.store.url import open_store
-from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.credential_issuer import RunCredentialIssuer
-from alpineagents_operator.run_credentials import (
+from alpineagents_operator.credentials.credential_issuer import RunCredentialIssuer
+from alpineagents_operator.credentials.run_credentials import (
     CredentialsRefused,
     CredentialsUnavailable,
     RunCredentials,
@@ -39,7 +38,8 @@ from alpineagents_operator.run_credentials import (
     revoke_attempt_credentials,
     run_policy,
 )
-from alpineagents_operator.views import JSON, AgentRunView, PodView
+from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.views import JSON, AgentRunView, PodView
 from tests.bench.infra import free_port
 from tests.bench.minio_server import S3Server
 
@@ -407,7 +407,7 @@ def cluster_namespace(control_plane: Any) -> Iterator[ClusterNamespace]:
     """A Cluster on the bench's kube-apiserver, and a fresh namespace in it."""
     from kubernetes import client
 
-    from alpineagents_operator.cluster import Cluster
+    from alpineagents_operator.kube.cluster import Cluster
 
     control_plane.apply_crds()  # the Secret's owner must exist, or the garbage collector
     api_client = control_plane.api_client()  # deletes the Secret under the test

@@ -1,6 +1,6 @@
 """What happens at a run's end, judged without an operator: when a notification is due
-and what it says (:mod:`alpineagents_operator.notifications`), when a finished run is to
-be deleted (:mod:`alpineagents_operator.retention`), their settings, and the CRD refusing
+and what it says (:mod:`alpineagents_operator.deciding.notifications`), when a finished run is to
+be deleted (:mod:`alpineagents_operator.reconciling.retention`), their settings, and the CRD refusing
 a ``spec.notify`` or TTL that cannot work (on a real kube-apiserver)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from alpineagents_operator import notifications
-from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.notifications import Due, cloud_event, due, end_id, settled
-from alpineagents_operator.retention import expires_at
-from alpineagents_operator.views import AgentRunView
+from alpineagents_operator.deciding import notifications
+from alpineagents_operator.deciding.notifications import Due, cloud_event, due, end_id, settled
+from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.views import AgentRunView
+from alpineagents_operator.reconciling.retention import expires_at
 from tests.bench.control_plane import ControlPlane
 from tests.operator.test_crd import manifest, refusal
 

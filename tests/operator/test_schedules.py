@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from alpineagents_operator.cron import InvalidSchedule, parse_cron
-from alpineagents_operator.schedule_names import SCHEDULE_LABEL, SCHEDULED_AT_ANNOTATION
-from alpineagents_operator.schedules import (
+from alpineagents_operator.deciding.cron import InvalidSchedule, parse_cron
+from alpineagents_operator.deciding.schedules import (
     ScheduledRun,
     plan,
     read_schedule,
@@ -18,6 +17,7 @@ from alpineagents_operator.schedules import (
     run_manifest,
     run_name,
 )
+from alpineagents_operator.kube.schedule_names import SCHEDULE_LABEL, SCHEDULED_AT_ANNOTATION
 
 CREATED = datetime(2026, 3, 1, 11, 57, 30, tzinfo=UTC)
 NOW = datetime(2026, 3, 1, 12, 0, 20, tzinfo=UTC)

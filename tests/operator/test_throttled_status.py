@@ -15,11 +15,15 @@ import pytest
 import yaml
 
 from alpineagents.pacing.limiter import KeyLimits, Limiter
-from alpineagents_operator.cluster import Cluster
-from alpineagents_operator.run_status import conditions_for
-from alpineagents_operator.throttling import CLEAR_AFTER, ThrottleWatch, throttled_changes
-from alpineagents_operator.views import AgentRunView, Phase
-from alpineagents_operator.watched import Watched
+from alpineagents_operator.deciding.run_status import conditions_for
+from alpineagents_operator.kube.cluster import Cluster
+from alpineagents_operator.kube.views import AgentRunView, Phase
+from alpineagents_operator.reconciling.throttling import (
+    CLEAR_AFTER,
+    ThrottleWatch,
+    throttled_changes,
+)
+from alpineagents_operator.watching.watched import Watched
 from tests.bench.control_plane import ControlPlane
 from tests.bench.pacer import FakeClock, Service
 

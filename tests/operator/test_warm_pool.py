@@ -39,20 +39,25 @@ from alpineagents import StateFencedError, open_store
 from alpineagents.pod_contract import STANDBY_LABEL, Assignment, standby_prefix
 from alpineagents.store.s3.standby_boxes import StandbyBoxes
 from alpineagents.testing import ModelServer, reply, tool_use
-from alpineagents_operator.cluster import Cluster
-from alpineagents_operator.config import OperatorConfig
-from alpineagents_operator.decide import decide
-from alpineagents_operator.pods import standby_manifest
-from alpineagents_operator.reconciler import Reconciler
-from alpineagents_operator.run_credentials import StsAccess, mint_run_credentials
-from alpineagents_operator.standby_pool import StandbyPool, StandbyView, pool_misfit, pool_moves
-from alpineagents_operator.views import (
+from alpineagents_operator.credentials.run_credentials import StsAccess, mint_run_credentials
+from alpineagents_operator.deciding.decide import decide
+from alpineagents_operator.kube.cluster import Cluster
+from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.pods import standby_manifest
+from alpineagents_operator.kube.views import (
     ATTEMPT_LABEL,
     AgentRunView,
     Phase,
     PodView,
     format_time,
     is_standby_pod,
+)
+from alpineagents_operator.reconciling.reconciler import Reconciler
+from alpineagents_operator.warm_pool.standby_pool import (
+    StandbyPool,
+    StandbyView,
+    pool_misfit,
+    pool_moves,
 )
 from tests.bench.control_plane import ControlPlane
 from tests.bench.minio_server import S3Server
@@ -167,7 +172,7 @@ def test_a_handed_standby_that_is_gone_is_a_lost_pod_not_one_to_recreate() -> No
 
 
 def test_a_handed_standby_that_exits_ends_the_run_as_a_pod_would() -> None:
-    from alpineagents_operator.views import ContainerExit
+    from alpineagents_operator.kube.views import ContainerExit
 
     pod = handed_pod(phase="Succeeded", exit=ContainerExit(code=0))
     finished = decide(handed_run(Phase.RUNNING), [pod], None, NOW)

@@ -16,6 +16,7 @@ from alpineagents.providers import Provider
 from alpineagents.testing import ModelServer
 from alpineagents.testing.bedrock_wire import BedrockServer, LocalSTS
 from alpineagents.testing.foundry_wire import EntraServer, FoundryServer
+from alpineagents.testing.gateway_wire import GatewayServer
 from alpineagents.testing.provider_wire import ProviderServer
 from alpineagents.testing.vertex_wire import MetadataServer, VertexServer
 
@@ -133,11 +134,12 @@ class cloud_for:
     def __enter__(self) -> Cloud:
         name, model = self.name, self.model
         if name == "gateway":
+            gateway = self.start(GatewayServer(model, {"x-gateway-key": GATEWAY_SECRET}))
             return Cloud(
                 name,
                 model,
                 spec={
-                    "baseURL": model.url,
+                    "baseURL": gateway.url,
                     "headers": [
                         {"name": "x-gateway-route", "value": "team-a"},
                         {"name": "x-gateway-key", "secretKeyRef": {"name": "gw", "key": "k"}},
@@ -149,6 +151,7 @@ class cloud_for:
                 },
                 model_id="claude-sonnet-4-5",
                 gen_ai_name="anthropic",
+                wires=[gateway],
                 given=[GATEWAY_SECRET, "sk-ant-gateway-run-key-0123456789"],
             )
         if name == "bedrock":

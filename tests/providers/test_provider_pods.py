@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alpineagents_operator.pods import pod_manifest
+from alpineagents_operator.kube.pods import pod_manifest
 from tests.bench.helm import Helm
 from tests.operator.test_operator_parts import CONFIG, agentrun, env_of
 

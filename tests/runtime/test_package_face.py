@@ -49,8 +49,10 @@ def test_the_operator_package_loads_nothing_of_the_runtime() -> None:
 
 
 def test_the_whole_operator_never_loads_the_agent_runner_or_viewer() -> None:
-    loaded = _modules_loaded_by("import alpineagents_operator.handlers")
-    assert "alpineagents_operator.reconciler" in loaded  # the probe did load the operator
+    loaded = _modules_loaded_by("import alpineagents_operator.edge.handlers")
+    assert (
+        "alpineagents_operator.reconciling.reconciler" in loaded
+    )  # the probe did load the operator
     for kept_out in ("alpineagents.agent", "alpineagents.runner", "alpineagents.viewer"):
         assert kept_out not in loaded
 

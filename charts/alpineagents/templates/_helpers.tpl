@@ -241,7 +241,7 @@ MinIO, model and encryption Secrets). The operator refuses an AgentRun that name
 
 {{/* ------------------------------------------------------------------ security */}}
 
-{{/* The labels the operator puts on every agent pod (alpineagents_operator.pods.run_labels). */}}
+{{/* The labels the operator puts on every agent pod (alpineagents_operator.kube.pods.run_labels). */}}
 {{- define "alpineagents.runPodLabels" -}}
 app.kubernetes.io/name: alpineagents
 app.kubernetes.io/component: agent-run

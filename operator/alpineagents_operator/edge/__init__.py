@@ -1,0 +1,1 @@
+"""The process's edge: kopf's handlers (thin), the Lease election and the standby's wait."""
