@@ -41,6 +41,7 @@ class NodeFailovers:
     takers: list[str] = field(default_factory=list)  # the standby, or the killed pod's restart
     pods: int = 0
     runs: int = 0
+    lost_between: int = 0  # trials whose leader at the start was not the last one's taker
     timing: tuple[int, float, float] = (0, 0.0, 0.0)
     load: list[tuple[float, float, float]] = field(default_factory=list)
 
@@ -128,11 +129,11 @@ def measure(workdir: Path, trials: int) -> NodeFailovers:
             raise RuntimeError("the chart's operator elects no leader")
         result.timing = (parsed.lease_seconds, parsed.renew_deadline_seconds, parsed.retry_seconds)
         with EventLog(api, NAMESPACE, "leases") as leases, EventLog(api, NAMESPACE, "pods") as pods:
+            last_taker = ""
             for number in range(trials):
-                pods_now = _operator_pods(core)
-                held = _holder(coordination, settings)
-                leader = _pod_of(held)
-                (standby,) = [p for p in pods_now if p != leader]
+                held, leader, standby = _leader_and_standby(core, coordination, settings)
+                if last_taker and held != last_taker:
+                    result.lost_between += 1  # the lead changed hands with nobody killed
                 _wait_standing_by(cluster, standby, held)
                 pid = operator_pid(leader)
                 name = f"failover-{number:02d}"
@@ -148,7 +149,8 @@ def measure(workdir: Path, trials: int) -> NodeFailovers:
                 result.runs += 1
                 from tests.bench.operator_process import holder
 
-                new_leader = _pod_of(holder(taken))
+                last_taker = holder(taken)
+                new_leader = _pod_of(last_taker)
                 if new_leader != leader:
                     # A fresh standby for the next trial: the killed pod's container would
                     # come back after the kubelet's crash-loop back-off, which grows with
@@ -167,6 +169,27 @@ def measure(workdir: Path, trials: int) -> NodeFailovers:
     if result.pods != result.runs:
         raise RuntimeError(f"{result.pods} pods for {result.runs} runs: a run got a second pod")
     return result
+
+
+def _leader_and_standby(
+    core: Any, coordination: Any, settings: dict[str, str]
+) -> tuple[str, str, str]:
+    """The Lease's holder, its pod and the other replica's pod, once the holder runs in one
+    of the two replicas' pods. The pod deleted after the last trial may still hold the
+    Lease: when the standby that took over lost it again (a renewal late on the busy
+    node) and the killed pod's restarted container took it before the delete reached it.
+    That pod hands the Lease back as it stops; a trial starts after it has."""
+    deadline = time.monotonic() + 600
+    while True:
+        pods = _operator_pods(core)
+        held = _holder(coordination, settings)
+        leader = _pod_of(held)
+        if leader in pods:
+            (standby,) = [p for p in pods if p != leader]
+            return held, leader, standby
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Lease stays with {held}, not one of the replicas {pods}")
+        time.sleep(0.5)  # a Lease has no event worth a watch here: it changes within seconds
 
 
 def _holder(coordination: Any, settings: dict[str, str]) -> str:
@@ -226,8 +249,10 @@ def report(result: NodeFailovers) -> list[str]:
         "the lease ran out. The new leader was "
         f"the standby in {result.takers.count('the standby')} trials, the killed pod's "
         f"restarted container in {result.takers.count('its restart')} (the kubelet restarts "
-        "it at once; it knows its pod's last holder is dead). {result.pods} pods for {result.runs} runs: no run got a "
-        "second pod. Load average (1 min) at the kills: "
+        "it at once; it knows its pod's last holder is dead). Between two trials, with "
+        f"nobody killed, the Lease changed hands {result.lost_between} times (a leader "
+        f"that did not renew in time). {result.pods} pods for {result.runs} runs: no run "
+        "got a second pod. Load average (1 min) at the kills: "
         + ", ".join(f"{load[0]:.1f}" for load in result.load)
         + ".",
     ]
