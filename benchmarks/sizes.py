@@ -28,6 +28,9 @@ ORDER = [
     "operator-scale",
     "operator-runs",
     "operator-runs-live",  # issue 47
+    "retention-pace",  # issue 42
+    "retention-losses",
+    "retention-states",
     # issue 22: long runs, billed (benchmarks/long_runs.py)
     "long-cache",
     "long-flat",
@@ -54,6 +57,7 @@ SECTION_ROWS = {
     "resume": ["resume-latency", "resume-whole", "resume-stop-record"],
     "operator": ["operator-scale"],
     "operator-runs": ["operator-runs", "operator-runs-live"],
+    "retention": ["retention-pace", "retention-losses", "retention-states"],
     "long-runs": ["long-cache", "long-flat", "long-window", "long-largest", "long-resume"],
     "failover-node": ["failover-node"],
     "failover": ["failover"],
@@ -126,6 +130,9 @@ class Sizes:
     """AgentRuns created while the operator runs, up to each size in turn (the same)."""
     operator_losses: int = 20  # one lost pod at a time, at each size
     operator_idle: float = 0.0  # seconds of idle measured; 0: three resync periods
+    retention_runs: int = 10_000  # finished runs past their TTL, deleted at the chart's pace
+    retention_losses: int = 20  # lost pods replaced during those deletions (and after)
+    retention_ttl: int = 60  # their ttlSecondsAfterFinished (issue 42's)
     long_runs: LongRunSizes = field(default_factory=LongRunSizes)
     failover_trials: int = 20  # leaders SIGKILLed, and as many SIGTERMed
     failover_runs: int = 20  # AgentRuns around, each new leader resumes them all
@@ -153,6 +160,9 @@ class Sizes:
             operator_live=[20],
             operator_losses=2,
             operator_idle=5.0,
+            retention_runs=100,
+            retention_losses=2,
+            retention_ttl=5,
             long_runs=LongRunSizes.quick(),
             failover_trials=1,
             failover_runs=3,
