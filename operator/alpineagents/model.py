@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 from .pacing import HeaderPacer, Pacer, RateSignals, Report, Ticket, key_fingerprint, request_cost
 from .pacing.signals import Limit
+from .provider_credentials import credentials_of, learn_credentials
 from .redaction import Redactor
 
 _STREAM_ABOVE = 4096  # max_tokens from which replies are streamed (long replies time out otherwise)
@@ -174,6 +175,9 @@ async def ask(
             try:
                 message, headers = await _send(client, request)
             except Exception as error:
+                # Credentials the client obtained for this request (a cloud's temporary keys
+                # or token) are masked before its error can be written anywhere.
+                learn_credentials(client, *secrets)
                 limit = _capacity_refusal(error)
                 if limit is not None:
                     if retry.max_wait is not None and ticket.waited >= retry.max_wait:
@@ -188,23 +192,19 @@ async def ask(
                     raise
                 await asyncio.sleep(retry.delay(failures - 1, error))
                 continue
+            learn_credentials(client, *secrets)
             await pacer.answered(ticket, RateSignals.from_headers(headers), _used(message))
             return message
     except Exception as error:
         if sdk_error(error, "APIError"):
             # Some gateways echo the request's headers in their error bodies: the error is
-            # saved in the history and reported, so the client's own key must not be in it.
-            Redactor([*credentials_of(client), *secrets]).exception(error)
+            # saved in the history, reported and traced, so no credential may be in it: the
+            # client's own, nor any this process learned (an Entra token its provider got).
+            redactor = Redactor.from_environment()
+            for value in [*credentials_of(client), *secrets]:
+                redactor.add(value)
+            redactor.exception(error)
         raise
-
-
-def credentials_of(client: Any) -> list[str]:
-    """The credentials a client holds: its key or token (Anthropic, Foundry), AWS keys given
-    to it (Bedrock), its bearer token (Vertex AI's, once fetched)."""
-    names = ("api_key", "auth_token", "access_token", "aws_secret_key", "aws_session_token")
-    values = [getattr(client, name, None) for name in names]
-    values.append(getattr(getattr(client, "credentials", None), "token", None))
-    return [value for value in values if isinstance(value, str) and value]
 
 
 def _unreported(throttle: object) -> None:

@@ -167,7 +167,7 @@ class cloud_for:
                 model_id="us.anthropic.claude-sonnet-4-5-20250929-v1:0",
                 gen_ai_name="aws.bedrock",
                 wires=[sts, bedrock],
-                issued=lambda: [v for pair in sts.issued.values() for v in pair],
+                issued=lambda: [v for key, pair in sts.issued.items() for v in (key, *pair)],
                 given=[WEB_IDENTITY_TOKEN],
             )
         if name == "vertex":

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from .server import ModelServer
 
-__all__ = ["ProviderRequest", "ProviderServer", "Upstream"]
+__all__ = ["QUOTE", "ProviderRequest", "ProviderServer", "Upstream"]
 
 _CHUNK = 65536
 
@@ -95,6 +95,9 @@ class ProviderServer:
     def __init__(self, model: ModelServer | None, *, host: str = "127.0.0.1") -> None:
         self.model = model
         self.refused: list[str] = []
+        self.quotes_requests = False
+        """When set, every error answer quotes the request's headers in its JSON body, as a
+        careless proxy's error page does: what secret masking must hold against."""
         self._address = (host, 0)
         self._httpd: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -152,8 +155,11 @@ class ProviderServer:
         with self._lock:
             self.refused.append(why)
 
-    def forward(self, body: Mapping[str, Any]) -> Upstream:
-        """Ask the scripted Messages API (``POST /v1/messages``) with ``body``."""
+    def forward(
+        self, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> Upstream:
+        """Ask the scripted Messages API (``POST /v1/messages``) with ``body`` (and
+        ``headers`` passed along)."""
         if self.model is None:
             raise RuntimeError(f"{type(self).__name__} has no model server behind it")
         target = urlsplit(self.model.url)
@@ -163,7 +169,11 @@ class ProviderServer:
             "POST",
             "/v1/messages",
             body=data,
-            headers={"content-type": "application/json", "x-api-key": "scripted-model-key"},
+            headers={
+                **(headers or {}),
+                "content-type": "application/json",
+                "x-api-key": "scripted-model-key",
+            },
         )
         response = connection.getresponse()
         headers = {k.lower(): v for k, v in response.getheaders()}
@@ -172,6 +182,7 @@ class ProviderServer:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     provider: ProviderServer
+    received: ProviderRequest | None = None
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -195,6 +206,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body=body,
             host=self.headers.get("host", ""),
         )
+        self.received = request
         try:
             self.provider.handle(request, self)
         except (BrokenPipeError, ConnectionResetError):
@@ -209,6 +221,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         content_type: str = "application/json",
         headers: Mapping[str, str] | None = None,
     ) -> None:
+        if status >= 400 and self.provider.quotes_requests and self.received is not None:
+            data = _quoting(data, self.received)
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
@@ -257,15 +271,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         content_type = upstream.headers.get("content-type", "application/json")
         try:
             if "text/event-stream" not in content_type:
-                data = upstream.body()
-                self.send_response(upstream.status)
-                self.send_header("content-type", content_type)
-                self.send_header("content-length", str(len(data)))
-                for name, value in kept.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-                self.wfile.flush()
+                self.send_body(upstream.status, upstream.body(), content_type, kept)
                 return
             self.start_chunks(content_type, kept)
             while True:
@@ -280,6 +286,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.drop()  # the upstream ended the body without its last chunk
             return
         self.end_chunks()
+
+
+QUOTE = "; the request was: "
+"""What an error's message says before the request's headers it quotes."""
+
+
+def _quoting(data: bytes, request: ProviderRequest) -> bytes:
+    """An error body whose message also quotes ``request``'s headers (credentials and all)."""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        payload = {"message": data.decode(errors="replace")}
+    quote = QUOTE + json.dumps(dict(request.headers))
+    detail = payload.get("error")
+    if isinstance(detail, dict):  # the Messages API's, Vertex AI's, Foundry's shape
+        detail["message"] = str(detail.get("message", "")) + quote
+    elif isinstance(detail, str):  # an OAuth-style error
+        payload["error"] = detail + quote
+    else:  # Bedrock's {"message": ...}
+        payload["message"] = str(payload.get("message", "")) + quote
+    return json.dumps(payload).encode()
 
 
 class _quiet:
