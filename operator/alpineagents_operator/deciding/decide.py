@@ -48,6 +48,8 @@ Pending/Running           container running            Running
 Pending/Running           container waiting            Pending (+ reason/message of an error)
 Pending/Running           pod finished                 by how it ended: the table below
 Queued                    suspend                      Suspended
+Queued                    still no place, for the      nothing (no saved State read: a namespace
+                          reason status gives          at its spend cap holds its runs cheaply)
 Queued                    no attempt yet               create pod 1, admitted: true (once a place
                                                        is free for it)
 Queued                    -                            resume, admitted: true (likewise)
@@ -290,6 +292,15 @@ def _not_yet_due(step: Step) -> bool:
     return due is not None and step.now < due
 
 
+def _still_no_place(step: Step) -> bool:
+    verdict = step.admission
+    return (
+        verdict is not None
+        and not verdict.admitted
+        and step.status.raw.get("reason") == verdict.reason
+    )
+
+
 def _approvals_answered(step: Step) -> bool:
     return covered(step.status.pending_approvals, step.run.approved_call_ids)
 
@@ -445,6 +456,7 @@ DECISION_TABLE: tuple[Row, ...] = (
     Row("Pending/Running", "container waiting", _pod_alive, _pending),
     Row("Pending/Running", "pod finished", _always, lambda s: finished(s, _pod(s))),
     Row("Queued", "suspend", _suspend, _suspend_no_pod),
+    Row("Queued", "still no place, for the reason status gives", _still_no_place, _nothing),
     Row("Queued", "no attempt yet", _no_attempt, _create_first),
     Row("Queued", "-", _always, _resume),
     Row("Interrupted", "suspend", _suspend, _suspend_interrupted),

@@ -17,6 +17,7 @@ from typing import Any
 
 from alpineagents_operator.deciding.run_status import cost_text, status_patch, usage_status
 from alpineagents_operator.kube.admission import NO_PLACE, Verdict
+from alpineagents_operator.kube.daily_spend import spend_mark, utc_day
 from alpineagents_operator.kube.views import (
     JSON,
     AgentRunView,
@@ -221,6 +222,10 @@ class Step:
             self.changes["admitted"] = None  # its place goes to the next in line
         events = (*self.events, *events)
         patch = status_patch(self.run, self.changes, self.now)
+        # The day's spend count begins with the day's first cost change (the spend cap's).
+        mark = spend_mark(self.run.status.raw, patch, utc_day(self.now))
+        if mark is not None:
+            patch["dailySpend"] = mark
         deletes = tuple(dict.fromkeys((*self.stale, *self._older_live(), *delete)))
         return Decision(
             status=patch,

@@ -301,12 +301,18 @@ class NamespaceCaps:
         self._refresh = refresh
         self._clock = clock
         self._known: dict[str, tuple[float, int | None]] = {}
+        self._annotations: dict[str, Mapping[str, str]] = {}
+        """Each namespace's annotations as last read (its other caps read them here)."""
         self._warned: set[tuple[str, str]] = set()
 
     def cap(self, namespace: str) -> int | None:
         """The namespace's own cap as last read (None: none, or not read yet)."""
         known = self._known.get(namespace)
         return known[1] if known is not None else None
+
+    def annotation(self, namespace: str, key: str) -> str | None:
+        """The namespace's annotation ``key`` as last read (None: none, or not read)."""
+        return self._annotations.get(namespace, {}).get(key)
 
     def due(self, namespace: str) -> bool:
         """Whether the namespace's annotation should be read again."""
@@ -320,6 +326,7 @@ class NamespaceCaps:
         except Exception as error:  # no cap of its own, as if it had none; said once
             self._warn(namespace, f"cannot read Namespace {namespace}: {error}")
             annotations = {}
+        self._annotations[namespace] = dict(annotations)
         cap = None
         try:
             cap = parse_cap(

@@ -88,6 +88,7 @@ from alpineagents_operator.kube.admission import parse_cap
 from alpineagents_operator.kube.resource_caps import parse_quantity
 
 DEFAULT_IMAGE = "ghcr.io/alpineagents/alpineagents:0.1.0"
+from alpineagents_operator.kube.daily_spend import parse_spend_cap
 DEFAULT_STORE = "file:///var/lib/alpineagents/runs"
 DEFAULT_POD_COMMAND = ("python", "-m", "alpineagents", "run")
 MIN_CREDENTIALS_SECONDS = 900  # the shortest session STS grants (AWS, MinIO, SeaweedFS)
@@ -127,6 +128,9 @@ class OperatorConfig:
     kueue: bool = False
     """Runs labelled ``kueue.x-k8s.io/queue-name`` are admitted by Kueue, where the
     cluster serves its Workload API (``admission.kueue.enabled``; :mod:`.kueue_admission`)."""
+    daily_spend_usd_per_namespace: float | None = None
+    """The most USD each namespace's runs may spend per UTC day
+    (``admission.dailySpendUSDPerNamespace``; :mod:`.daily_spend`); None: no cap."""
     pod_command: tuple[str, ...] = DEFAULT_POD_COMMAND
     service_account: str = ""
     resync_seconds: float = 30.0
@@ -287,6 +291,10 @@ class OperatorConfig:
             resync_seconds=float(text("ALPINEAGENTS_RESYNC_SECONDS", str(defaults.resync_seconds))),
             metrics_port=int(text("ALPINEAGENTS_METRICS_PORT", str(defaults.metrics_port))),
             health_port=int(text("ALPINEAGENTS_HEALTH_PORT", str(defaults.health_port))),
+            daily_spend_usd_per_namespace=parse_spend_cap(
+                text("ALPINEAGENTS_DAILY_SPEND_USD_PER_NAMESPACE", ""),
+                "ALPINEAGENTS_DAILY_SPEND_USD_PER_NAMESPACE",
+            ),
             peering=text("ALPINEAGENTS_PEERING", defaults.peering),
             run_credentials=mode,
             run_credentials_seconds=int(lifetime),

@@ -22,6 +22,8 @@
 - ``alpineagents_store_errors_total{operation}`` (read, claim): store calls that failed.
 - ``alpineagents_admission_in_use{namespace}`` and ``alpineagents_admission_queued{namespace}``:
   under admission caps, runs holding a place and runs in line (none without caps).
+- ``alpineagents_admission_spend_today_usd{namespace}``: what each namespace's runs spent
+  today (UTC), with a daily spend cap in force or namespace annotations read.
 
 Labels are bounded: phases and types are fixed sets, loss reasons outside the known
 ones count as ``Other``, and namespaces and models are those of the cluster's runs.
@@ -151,6 +153,10 @@ class OperatorMetrics:
         """Serve the admission gauges from ``figures`` (places in use, runs queued)."""
         self.registry.register(_AdmissionGauges(figures))
 
+    def watch_spend(self, figures: Callable[[], Mapping[str, float]]) -> None:
+        """Serve each namespace's spend today (USD, UTC day) from ``figures``."""
+        self.registry.register(_SpendGauge(figures))
+
     def record_phase(self, namespace: str, name: str, phase: str | None) -> None:
         """Note a run's current phase (None: the run is gone)."""
         key = (namespace, name)
@@ -274,6 +280,24 @@ class _AdmissionGauges(Collector):
             for namespace, count in sorted(counts.items()):
                 family.add_metric([namespace], count)
             yield family
+
+
+class _SpendGauge(Collector):
+    """Each namespace's spend today under the daily spend cap, read at each scrape."""
+
+    def __init__(self, figures: Callable[[], Mapping[str, float]]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "alpineagents_admission_spend_today_usd",
+            "What each namespace's runs spent today (UTC), in USD: the sum of their "
+            "status.costUSD increments made today.",
+            labels=["namespace"],
+        )
+        for namespace, usd in sorted(self._figures().items()):
+            family.add_metric([namespace], round(usd, 6))
+        yield family
 
 
 class _FleetGauges(Collector):

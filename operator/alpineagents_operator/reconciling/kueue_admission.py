@@ -31,6 +31,7 @@ from typing import Any
 
 from alpineagents_operator.kube.admission import NO_PLACE, Verdict
 from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.daily_spend import held_by_spend
 from alpineagents_operator.kube.kueue_workloads import (
     GROUP,
     PLURAL,
@@ -234,7 +235,9 @@ class KueueAdmission:
                 await asyncio.to_thread(self._api.patch_status, run.namespace, name, patch)
             self._states.pop(key, None)
             return
-        if phase in NO_PLACE:  # waiting for approval or suspended: no quota once no pod runs
+        if phase in NO_PLACE or held_by_spend(run):
+            # Waiting for approval, suspended or held by the daily spend cap: no quota once
+            # no pod runs (a new Workload queues when it may go on).
             if body is not None and not await self._pod_alive(run):
                 await asyncio.to_thread(self._api.delete, run.namespace, name)
             self._states.pop(key, None)

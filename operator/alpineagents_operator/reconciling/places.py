@@ -4,13 +4,16 @@ place taken as the step is carried out, and the next in line stepped when one fr
 Without caps (no ``admission.*`` chart value) every call here does nothing and
 :meth:`Places.verdict` is None, so :func:`~.decide.decide` never queues a run. A run
 labelled with a Kueue LocalQueue is judged by Kueue instead (:mod:`.kueue_admission`),
-where it is enabled and served, and holds no place under the caps.
+where it is enabled and served, and holds no place under the caps. The daily spend
+cap (:mod:`.spend_cap`) judges every run first, Kueue's too: a namespace at its cap
+starts nothing and takes its runs' pods back.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from alpineagents_operator.deciding.decide import Decision
 from alpineagents_operator.kube.admission import NO_PLACE, Admission, Caps, NamespaceCaps, Verdict
@@ -19,6 +22,7 @@ from alpineagents_operator.kube.config import OperatorConfig
 from alpineagents_operator.kube.metrics import OperatorMetrics
 from alpineagents_operator.kube.views import AgentRunView
 from alpineagents_operator.reconciling.kueue_admission import KueueAdmission, WorkloadApi
+from alpineagents_operator.reconciling.spend_cap import SpendCaps
 from alpineagents_operator.watching.watched import RunKey
 
 __all__ = ["Places"]
@@ -33,6 +37,7 @@ class Places:
         cluster: Cluster,
         requeue: Callable[[str, str, float], None],
         metrics: OperatorMetrics | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._requeue = requeue
         self.kueue: KueueAdmission | None = None
@@ -45,8 +50,20 @@ class Places:
         """None: no caps in force."""
         if config.namespace_caps:
             self._namespace_caps = NamespaceCaps(cluster.namespace_annotations)
+        self.spend_caps: SpendCaps | None = None
+        """None: no daily spend cap can be in force (no chart value, no annotations read)."""
+        if config.daily_spend_usd_per_namespace is not None or self._namespace_caps is not None:
+            self.spend_caps = SpendCaps(
+                config.daily_spend_usd_per_namespace,
+                cluster,
+                self._namespace_caps,
+                requeue,
+                clock,
+                metrics,
+            )
         caps = Caps(config.max_running, config.max_running_per_namespace)
-        if caps.any or self._namespace_caps is not None:
+        # With a spend cap alone the ledger keeps the line too (the queue's metric).
+        if caps.any or self._namespace_caps is not None or self.spend_caps is not None:
             own = self._namespace_caps
             self.ledger = Admission(caps, own.cap if own is not None else lambda _: None)
             if metrics is not None:
@@ -58,11 +75,17 @@ class Places:
         namespace = run.namespace
         if self._namespace_caps is not None and self._namespace_caps.due(namespace):
             await asyncio.to_thread(self._namespace_caps.read, namespace)
+        if self.spend_caps is not None:
+            await self.spend_caps.refresh(run)
         if self.kueue is not None:
             await self.kueue.refresh(run)
 
     def verdict(self, run: AgentRunView) -> Verdict | None:
         """Whether ``run`` may start a pod now (None: no caps); takes nothing."""
+        if self.spend_caps is not None:
+            spend = self.spend_caps.verdict(run)
+            if spend is not None:
+                return spend
         if self._by_kueue(run):
             assert self.kueue is not None
             return self.kueue.verdict(run)
@@ -117,9 +140,17 @@ class Places:
 
     def run_seen(self, run: AgentRunView, *, gone: bool) -> None:
         """An AgentRun as the watch delivered it."""
+        if self.spend_caps is not None:
+            self.spend_caps.run_seen(run, gone=gone)
         if self.ledger is None or self._by_kueue(run):
             return
         self.ledger.run_seen(run, gone=gone)
+
+    async def look(self) -> None:
+        """At each resync: the runs the daily spend cap holds, judged again (see
+        :meth:`.SpendCaps.look`)."""
+        if self.spend_caps is not None:
+            await self.spend_caps.look()
 
     def close(self) -> None:
         """Stop what runs beside the steps (Kueue's Workload watches)."""

@@ -122,7 +122,7 @@ class Reconciler:
             config, cluster, clock=clock, open_store=self.stores.store
         )
         """Gives each pod its own short-lived store credentials (see its module)."""
-        self.places = Places(config, cluster, self.requeue, self.metrics)
+        self.places = Places(config, cluster, self.requeue, self.metrics, clock)
         """Places under the admission caps (see :mod:`.admission`)."""
         self.triage = Triage(
             watched,
@@ -348,6 +348,7 @@ class Reconciler:
         runs :meth:`.Triage.step_needed` picks are stepped (each step reading afresh); without,
         every run is listed from the API server and stepped."""
         seen: set[RunKey] = set()
+        await self.places.look()  # runs held by the daily spend cap: the day, the cap
         if self.watched is not None:
             # From the watches, and a step only where one would change something: no
             # request for a run that is as it should be.
