@@ -103,6 +103,7 @@ CASES: dict[str, Callable[[list[str]], Values]] = {
         "anthropic": {"apiKey": "sk-ant-example"},
         "notifications": {"enabled": True, "viewerUrl": "https://runs.example.com"},
         "retention": {"enabled": True, "ttlSecondsAfterFinished": 86400},
+        "store": {"retention": {"days": 7}},
         "networkPolicy": {
             "operator": {
                 "restrictEgress": True,
@@ -479,6 +480,7 @@ def test_notifications_and_retention_are_off_by_default_and_add_only_their_permi
     off = _operator_settings(default)
     assert (off["ALPINEAGENTS_NOTIFICATIONS"], off["ALPINEAGENTS_RETENTION"]) == ("false", "false")
     assert off["ALPINEAGENTS_TTL_SECONDS_AFTER_FINISHED"] == ""
+    assert off["ALPINEAGENTS_STORE_RETENTION_DAYS"] == ""  # no bucket lifecycle rule
     assert not [
         p for p in _kinds(default)["NetworkPolicy"] if p["metadata"]["name"].endswith("-operator")
     ]
@@ -492,6 +494,7 @@ def test_notifications_and_retention_are_off_by_default_and_add_only_their_permi
     on = _operator_settings(objects)
     assert (on["ALPINEAGENTS_NOTIFICATIONS"], on["ALPINEAGENTS_RETENTION"]) == ("true", "true")
     assert on["ALPINEAGENTS_TTL_SECONDS_AFTER_FINISHED"] == "86400"
+    assert on["ALPINEAGENTS_STORE_RETENTION_DAYS"] == "7"  # set by the operator: no RBAC
     assert on["ALPINEAGENTS_VIEWER_URL"] == "https://runs.example.com"
     # The operator sends notifications; agent pods' egress stays DNS, model, store, limiter.
     (operator_policy,) = [
@@ -832,6 +835,7 @@ def test_the_installed_viewer_may_read_agentruns_and_answer_only_when_allowed(
             "networkPolicy.operator.restrictEgress needs networkPolicy.operator.apiServerTo",
         ),
         ({"retention": {"deletesPerSecond": 0}}, "at '/retention/deletesPerSecond'"),
+        ({"store": {"retention": {"days": 0}}}, "at '/store/retention/days': minimum"),
     ],
 )
 def test_bad_values_are_refused_with_a_message_naming_the_value(

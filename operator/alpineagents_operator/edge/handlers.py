@@ -41,9 +41,9 @@ restarted operator makes no requests per run: its API traffic is its watches, it
 Lease and one paged listing of the run pods at its start, however many runs there are.
 
 Deletion: ``@kopf.on.delete(optional=True)`` stops the pods gracefully when kopf sees
-the deletion; only an AgentRun with ``spec.onDelete: Delete`` gets a finalizer
-(``alpineagents.dev/delete-saved-state``), held until its pods have stopped and its
-saved State is deleted.
+the deletion; only an AgentRun with ``spec.onDelete: Delete`` (or ``Expire``) gets a
+finalizer (``alpineagents.dev/delete-saved-state``), held until its pods have stopped and
+its saved State is deleted (or tagged for the bucket's lifecycle rule).
 
 Several replicas elect one leader through a Lease before kopf starts (see
 :mod:`.leadership`): only the leader runs these handlers. kopf's own peering
@@ -186,6 +186,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         tasks.append(asyncio.create_task(schedules.run()))
     if reconciler.resumes is not None:
         tasks.append(asyncio.create_task(reconciler.resumes.run()))
+    if config.store_retention_days is not None:
+        tasks.append(asyncio.create_task(reconciler.keep_expiry_rule(config.store_retention_days)))
     if config.pacer_url and reconciler.watched is not None:
         throttles = ThrottleWatch(config.pacer_url, cluster, reconciler.watched)
         tasks.append(asyncio.create_task(throttles.run()))
@@ -288,7 +290,8 @@ async def run_deleted(namespace: str | None, name: str, memo: kopf.Memo, **_: An
 
 
 def _deletes_state(spec: kopf.Spec, **_: Any) -> bool:
-    return bool(spec.get("onDelete") == "Delete")
+    """Whether a deletion does something to the saved State (the finalizer's runs)."""
+    return spec.get("onDelete") in ("Delete", "Expire")
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, when=_deletes_state, backoff=1.0)

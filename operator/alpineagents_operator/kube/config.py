@@ -72,6 +72,9 @@ in each namespace where AgentRuns run.
                                        long after they ended ("" = kept; see retention)
 ``ALPINEAGENTS_DELETES_PER_SECOND``    the most AgentRuns retention deletes a second
                                        (default 5: the API's other callers go first)
+``ALPINEAGENTS_STORE_RETENTION_DAYS``  days the bucket keeps the States of runs deleted
+                                       with onDelete: Expire, by its own lifecycle
+                                       rule ("" = no rule: such States are kept)
 =====================================  ==============================================
 """
 
@@ -85,10 +88,10 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from alpineagents_operator.kube.admission import parse_cap
+from alpineagents_operator.kube.daily_spend import parse_spend_cap
 from alpineagents_operator.kube.resource_caps import parse_quantity
 
 DEFAULT_IMAGE = "ghcr.io/alpineagents/alpineagents:0.1.0"
-from alpineagents_operator.kube.daily_spend import parse_spend_cap
 DEFAULT_STORE = "file:///var/lib/alpineagents/runs"
 DEFAULT_POD_COMMAND = ("python", "-m", "alpineagents", "run")
 MIN_CREDENTIALS_SECONDS = 900  # the shortest session STS grants (AWS, MinIO, SeaweedFS)
@@ -125,12 +128,12 @@ class OperatorConfig:
     namespace_caps: bool = False
     """Read each namespace's own cap from its annotation ``alpineagents.dev/max-running``
     (``admission.namespaceAnnotations``; needs get on Namespaces)."""
-    kueue: bool = False
-    """Runs labelled ``kueue.x-k8s.io/queue-name`` are admitted by Kueue, where the
-    cluster serves its Workload API (``admission.kueue.enabled``; :mod:`.kueue_admission`)."""
     daily_spend_usd_per_namespace: float | None = None
     """The most USD each namespace's runs may spend per UTC day
     (``admission.dailySpendUSDPerNamespace``; :mod:`.daily_spend`); None: no cap."""
+    kueue: bool = False
+    """Runs labelled ``kueue.x-k8s.io/queue-name`` are admitted by Kueue, where the
+    cluster serves its Workload API (``admission.kueue.enabled``; :mod:`.kueue_admission`)."""
     pod_command: tuple[str, ...] = DEFAULT_POD_COMMAND
     service_account: str = ""
     resync_seconds: float = 30.0
@@ -184,6 +187,9 @@ class OperatorConfig:
     """Default ``spec.ttlSecondsAfterFinished`` (None: finished runs are kept)."""
     deletes_per_second: float = 5.0
     """The most finished AgentRuns retention deletes a second (:mod:`.retention`)."""
+    store_retention_days: int | None = None
+    """Days the store's bucket keeps the State of a run deleted with ``onDelete: Expire``
+    (:mod:`alpineagents_operator.credentials.state_expiry`); None: no rule, kept."""
 
     @property
     def named_namespaces(self) -> tuple[str, ...]:
@@ -285,16 +291,16 @@ class OperatorConfig:
                 "ALPINEAGENTS_MAX_RUNNING_PER_NAMESPACE",
             ),
             namespace_caps=text("ALPINEAGENTS_NAMESPACE_CAPS", "").lower() in ("1", "true"),
+            daily_spend_usd_per_namespace=parse_spend_cap(
+                text("ALPINEAGENTS_DAILY_SPEND_USD_PER_NAMESPACE", ""),
+                "ALPINEAGENTS_DAILY_SPEND_USD_PER_NAMESPACE",
+            ),
             kueue=text("ALPINEAGENTS_KUEUE", "").lower() in ("1", "true"),
             pod_command=command,
             service_account=text("ALPINEAGENTS_SERVICE_ACCOUNT", defaults.service_account),
             resync_seconds=float(text("ALPINEAGENTS_RESYNC_SECONDS", str(defaults.resync_seconds))),
             metrics_port=int(text("ALPINEAGENTS_METRICS_PORT", str(defaults.metrics_port))),
             health_port=int(text("ALPINEAGENTS_HEALTH_PORT", str(defaults.health_port))),
-            daily_spend_usd_per_namespace=parse_spend_cap(
-                text("ALPINEAGENTS_DAILY_SPEND_USD_PER_NAMESPACE", ""),
-                "ALPINEAGENTS_DAILY_SPEND_USD_PER_NAMESPACE",
-            ),
             peering=text("ALPINEAGENTS_PEERING", defaults.peering),
             run_credentials=mode,
             run_credentials_seconds=int(lifetime),
@@ -330,6 +336,7 @@ class OperatorConfig:
                 "ALPINEAGENTS_DELETES_PER_SECOND",
                 positive=True,
             ),
+            store_retention_days=_days(text("ALPINEAGENTS_STORE_RETENTION_DAYS", "")),
         )
 
 
@@ -437,6 +444,18 @@ def _seconds(value: str, name: str, *, positive: bool = False) -> float:
         more = "more than 0" if positive else "0 or more"
         raise ValueError(f"{name} must be a number, {more}, not {value!r}")
     return number
+
+
+def _days(value: str) -> int | None:
+    """``ALPINEAGENTS_STORE_RETENTION_DAYS``: "" sets no lifecycle rule."""
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(
+            "ALPINEAGENTS_STORE_RETENTION_DAYS (the chart's store.retention.days) must be "
+            f"whole days (1 or more), or empty for no lifecycle rule, not {value!r}"
+        )
+    return int(value)
 
 
 def _ttl(value: str) -> int | None:

@@ -295,8 +295,14 @@ class AgentRunView:
         )
 
     @property
+    def on_delete(self) -> str:
+        """What becomes of the saved State when the run is deleted: ``Keep``, ``Delete``,
+        or ``Expire`` (left to the bucket's lifecycle rule)."""
+        return str(self.spec.get("onDelete", "Keep"))
+
+    @property
     def delete_saved_state(self) -> bool:
-        return str(self.spec.get("onDelete", "Keep")) == "Delete"
+        return self.on_delete == "Delete"
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> AgentRunView:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from alpineagents import Store, open_store
-from alpineagents_operator.credentials import saved_state
+from alpineagents_operator.credentials import saved_state, state_expiry
 from alpineagents_operator.credentials.credential_issuer import RunCredentialIssuer
 from alpineagents_operator.credentials.run_stores import RunStores
 from alpineagents_operator.credentials.store_policy import guarded_opener, store_refusal
@@ -450,7 +450,8 @@ class Reconciler:
         return remaining
 
     async def delete_saved_state(self, body: JSON) -> None:
-        """Delete the saved State of an AgentRun (``onDelete: Delete``)."""
+        """Delete the saved State of a deleted AgentRun (``onDelete: Delete``), or leave
+        it to the bucket's lifecycle rule (``onDelete: Expire``)."""
         run = AgentRunView.from_body(body)
         url = store_url(run, self.config)
         refused = store_refusal(url, self.config)
@@ -459,8 +460,18 @@ class Reconciler:
             _log.warning("%s/%s: saved State not deleted: %s", run.namespace, run.name, refused)
             return
         store = self.stores.store(url)
+        if run.on_delete == "Expire":
+            days = self.config.store_retention_days
+            what = await asyncio.to_thread(state_expiry.leave_to_rule, store, run.state_id, days)
+            _log.info("%s/%s: saved State %s %s", run.namespace, run.name, run.state_id, what)
+            return
         await asyncio.to_thread(saved_state.delete_state, store, run.state_id)
         _log.info("%s/%s: deleted saved State %s", run.namespace, run.name, run.state_id)
+
+    async def keep_expiry_rule(self, days: int) -> None:
+        """Put the configured store's lifecycle rule for ``onDelete: Expire`` on its
+        bucket, trying again until the store answers (:mod:`.state_expiry`)."""
+        await state_expiry.keep_expiry_rule(self.stores.store(self.config.store), days)
 
     # ------------------------------------------------------------------ one step
     async def _step(self, namespace: str, name: str, seen: _Seen) -> tuple[Decision | None, _Seen]:

@@ -305,6 +305,27 @@ class MinioStore(Store):
         """
         self._ensure_bucket(self._objects.deadline())
 
+    def tag_state(self, state_id: str, tags: dict[str, str]) -> int:
+        """Set object ``tags`` on every object of the State, for a bucket lifecycle rule
+        that filters on them (the operator's ``onDelete: Expire``); returns how many
+        objects were tagged (0: no such State). Call it once no one writes the State."""
+        from minio.commonconfig import Tags
+
+        tagged = Tags.new_object_tags()
+        tagged.update(tags)
+        folder = self._folder(state_id)
+        self._merges.wait(state_id)
+        with self._chains.lock_of(state_id):
+            listed = self._objects.list(folder, self._objects.deadline())
+            keys = [key for key, _, is_folder in listed if not is_folder]
+            for key in keys:
+                self._objects.request(
+                    f"TAG {key}",
+                    functools.partial(self.client.set_object_tags, self.bucket, key, tagged),
+                    self._objects.deadline(),
+                )
+        return len(keys)
+
     def wait_for_merges(self, timeout: float | None = None) -> None:
         """Wait until the merges this store started in the background are done."""
         self._merges.wait_all(timeout)
