@@ -5,7 +5,8 @@ A run's ``spec.ttlSecondsAfterFinished`` (else the chart's ``retention.ttlSecond
 ``status.completedAt``. A run whose end notification is still to be sent waits for it
 (:func:`.notifications.settled`). Its saved State then goes as ``spec.onDelete`` says, as
 for a deletion by hand: ``Keep`` leaves it in the store, ``Delete`` has the operator's
-finalizer delete it first (:mod:`.handlers`).
+finalizer delete it first (:mod:`.handlers`), ``Expire`` has it tagged for the bucket's
+lifecycle rule (:mod:`.state_expiry`).
 
 Deleting is paced: one deleter task starts at most ``ALPINEAGENTS_DELETES_PER_SECOND`` a
 second (four at most under way), on its own (the reconcile steps never wait for it), each
@@ -29,6 +30,12 @@ from alpineagents_operator.kube.views import TERMINAL_PHASES, AgentRunView, pars
 from alpineagents_operator.watching.watched import RunKey
 
 _log = logging.getLogger(__name__)
+_STATE_GOES = {
+    "Keep": "its saved State is kept",
+    "Delete": "its saved State too",
+    "Expire": "its saved State left to the bucket's lifecycle rule",
+}
+"""What the log says of the State, by ``spec.onDelete``."""
 _IN_FLIGHT = 4
 """Deletions under way at once (each a read and a delete): the pace, not the API's
 latency, sets how many go a second."""
@@ -152,5 +159,5 @@ class Retention:
         if await asyncio.to_thread(self._cluster.delete_run, *key, uid):
             self.deleted += 1
             ttl = ttl_of(run, self._default)
-            state = "its saved State too" if run.delete_saved_state else "its saved State is kept"
+            state = _STATE_GOES.get(run.on_delete, _STATE_GOES["Keep"])
             _log.info("%s/%s: deleted %s s after it finished (%s)", *key, ttl, state)
