@@ -58,8 +58,8 @@ class LocalSTS(ProviderServer):
 
     name = "sts"
 
-    def __init__(self, role_arn: str, web_identity_token: str) -> None:
-        super().__init__(None)  # no model behind it
+    def __init__(self, role_arn: str, web_identity_token: str, *, host: str = "127.0.0.1") -> None:
+        super().__init__(None, host=host)  # no model behind it
         self.role_arn = role_arn
         self.web_identity_token = web_identity_token
         self.issued: dict[str, tuple[str, str]] = {}
@@ -115,8 +115,8 @@ class BedrockServer(ProviderServer):
 
     name = "bedrock"
 
-    def __init__(self, model: Any, sts: LocalSTS, region: str) -> None:
-        super().__init__(model)
+    def __init__(self, model: Any, sts: LocalSTS, region: str, *, host: str = "127.0.0.1") -> None:
+        super().__init__(model, host=host)
         self.sts = sts
         self.region = region
         self.model_ids: list[str] = []

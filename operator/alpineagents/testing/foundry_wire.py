@@ -31,8 +31,10 @@ class EntraServer(ProviderServer):
 
     name = "entra"
 
-    def __init__(self, tenant_id: str, client_id: str, federated_token: str) -> None:
-        super().__init__(None)
+    def __init__(
+        self, tenant_id: str, client_id: str, federated_token: str, *, host: str = "127.0.0.1"
+    ) -> None:
+        super().__init__(None, host=host)
         self.tenant_id = tenant_id
         self.client_id = client_id
         self.federated_token = federated_token
@@ -82,8 +84,15 @@ class FoundryServer(ProviderServer):
 
     name = "foundry"
 
-    def __init__(self, model: Any, *, api_key: str, entra: EntraServer | None = None) -> None:
-        super().__init__(model)
+    def __init__(
+        self,
+        model: Any,
+        *,
+        api_key: str,
+        entra: EntraServer | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        super().__init__(model, host=host)
         self.api_key = api_key
         self.entra = entra
         self.auth: list[str] = []

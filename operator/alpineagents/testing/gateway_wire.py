@@ -28,8 +28,8 @@ class GatewayServer(ProviderServer):
 
     name = "gateway"
 
-    def __init__(self, model: Any, required: Mapping[str, str]) -> None:
-        super().__init__(model)
+    def __init__(self, model: Any, required: Mapping[str, str], *, host: str = "127.0.0.1") -> None:
+        super().__init__(model, host=host)
         self.required = {name.lower(): value for name, value in required.items()}
 
     def handle(self, request: ProviderRequest, answer: _Handler) -> None:

@@ -38,8 +38,9 @@ class MetadataServer(ProviderServer):
         service_account: str,
         *,
         token_lifetime: int = 3600,
+        host: str = "127.0.0.1",
     ) -> None:
-        super().__init__(None)
+        super().__init__(None, host=host)
         self.project_id = project_id
         self.service_account = service_account
         self.token_lifetime = token_lifetime
@@ -99,8 +100,10 @@ class VertexServer(ProviderServer):
 
     name = "vertex"
 
-    def __init__(self, model: Any, metadata: MetadataServer, region: str) -> None:
-        super().__init__(model)
+    def __init__(
+        self, model: Any, metadata: MetadataServer, region: str, *, host: str = "127.0.0.1"
+    ) -> None:
+        super().__init__(model, host=host)
         self.metadata = metadata
         self.region = region
         self.model_ids: list[str] = []
