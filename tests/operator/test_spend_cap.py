@@ -7,6 +7,11 @@ that cost $0.01 each (the price table makes one reply of ``done`` cost exactly t
 five end, and the sixth, running meanwhile (its model request held), has its pod taken
 back at the cap and stops at its next step, saved; a run applied then stays ``Queued``;
 raising the cap resumes the sixth from where it stopped, and its State has lost no entry.
+
+Then, with the :class:`Reconciler` in this process and its clock the test's: a run held
+at the cap starts once the UTC day rolls over (and the namespace's spend metric goes back
+to 0), and an annotation that is not a number of dollars is one Warning Event naming it,
+the chart's cap holding.
 """
 
 from __future__ import annotations
@@ -14,15 +19,22 @@ from __future__ import annotations
 import base64
 import json
 import signal
-from collections.abc import Callable
-from datetime import UTC, datetime
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from alpineagents import FileStore, State
 from alpineagents.testing import ModelServer, hold, reply, tool_use
+from alpineagents_operator.kube.cluster import Cluster
+from alpineagents_operator.kube.config import OperatorConfig
 from alpineagents_operator.kube.daily_spend import SPEND_ANNOTATION, SPEND_REASON
 from alpineagents_operator.kube.views import format_time
+from alpineagents_operator.reconciling.reconciler import Reconciler
+from alpineagents_operator.watching.watched import Watched
 from tests.bench.control_plane import ControlPlane
 from tests.bench.operator_process import (
     Event,
@@ -32,6 +44,7 @@ from tests.bench.operator_process import (
     pod_added,
 )
 from tests.bench.runner_process import RunnerProcess, child_env
+from tests.operator.test_reconciler_faults import Kube, status
 
 JSON = dict[str, Any]
 DONE = "done"
@@ -227,3 +240,132 @@ def events_of(plane: ControlPlane, namespace: str, name: str) -> list[str]:
         ).stdout
     )["items"]
     return [str(item["reason"]) for item in items]
+
+
+# ------------------------------------------------------------------ the Reconciler in process
+class Clock:
+    """The reconciler's clock, moved on by the test: a minute before midnight (UTC)."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 12, 7, 23, 59, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def kube(control_plane: ControlPlane) -> Kube:
+    control_plane.apply_crds()
+    namespace = f"spend-{uuid.uuid4().hex[:6]}"
+    control_plane.kubectl("create", "namespace", namespace)
+    return Kube(control_plane, namespace)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def reconciler_for(kube: Kube, folder: Path, clock: Clock, **settings: Any) -> Reconciler:
+    folder.mkdir()
+    config = OperatorConfig(
+        namespaces=(kube.namespace,),
+        store=folder.as_uri(),
+        image="alpineagents:spend",
+        run_credentials="shared",  # a FileStore: no credentials of a run's own
+        **settings,
+    )
+    return Reconciler(config, Cluster(kube.plane.api_client()), clock=clock, watched=Watched())
+
+
+@pytest.fixture
+def capped(kube: Kube, tmp_path: Path, clock: Clock) -> Iterator[Reconciler]:
+    """The chart's cap of $0.05 a namespace."""
+    reconciler = reconciler_for(kube, tmp_path / "runs", clock, daily_spend_usd_per_namespace=0.05)
+    try:
+        yield reconciler
+    finally:
+        reconciler.close()
+
+
+def seen(reconciler: Reconciler, kube: Kube, name: str) -> None:
+    """The run as its watch event would deliver it to the operator."""
+    reconciler.run_seen(kube.run(name), gone=False)
+
+
+def spend_metric(reconciler: Reconciler, namespace: str) -> float | None:
+    value = reconciler.metrics.registry.get_sample_value(
+        "alpineagents_admission_spend_today_usd", {"namespace": namespace}
+    )
+    return None if value is None else float(value)
+
+
+async def test_a_run_held_at_the_cap_starts_when_the_utc_day_rolls_over(
+    kube: Kube, capped: Reconciler, clock: Clock
+) -> None:
+    reconciler = capped
+    for number in range(5):  # $0.01 each, today
+        name = f"spent-{number}"
+        kube.create_run(name)
+        kube.set_status(
+            name,
+            {
+                "phase": "Succeeded",
+                "costUSD": "0.0100",
+                "dailySpend": {"day": "2026-12-07", "fromUSD": "0.0000"},
+            },
+        )
+        seen(reconciler, kube, name)
+    assert spend_metric(reconciler, kube.namespace) == pytest.approx(0.05)
+    kube.create_run("late")
+    seen(reconciler, kube, "late")
+    await reconciler.reconcile(kube.namespace, "late")
+    held = status(kube.run("late"))
+    assert (held["phase"], held["reason"]) == ("Queued", SPEND_REASON), held
+    assert "(admission.dailySpendUSDPerNamespace)" in held["message"]
+    seen(reconciler, kube, "late")
+    await reconciler.resync()  # the same day: it stays held
+    assert kube.pod_names("late") == []
+    clock.now += timedelta(minutes=2)  # 00:01 UTC, the next day
+    await reconciler.resync()
+    assert kube.pod_names("late") == ["late-1"]
+    assert status(kube.run("late"))["phase"] == "Pending"
+    assert spend_metric(reconciler, kube.namespace) == 0.0
+
+
+async def test_an_annotation_that_is_not_dollars_is_one_warning_event_and_the_charts_cap_holds(
+    kube: Kube, tmp_path: Path, clock: Clock
+) -> None:
+    kube.plane.kubectl("annotate", "namespace", kube.namespace, f"{SPEND_ANNOTATION}=lots")
+    # The chart's cap of $0 lets no run start.
+    reconciler = reconciler_for(
+        kube,
+        tmp_path / "runs",
+        clock,
+        daily_spend_usd_per_namespace=0.0,
+        namespace_caps=True,
+    )
+    try:
+        for name in ("first", "second"):
+            kube.create_run(name)
+            await reconciler.reconcile(kube.namespace, name)
+            held = status(kube.run(name))
+            assert (held["phase"], held["reason"]) == ("Queued", SPEND_REASON), held
+            assert "of its $0.00" in held["message"]
+        warnings = [
+            e
+            for name in ("first", "second")
+            for e in kube.core.list_namespaced_event(
+                kube.namespace, field_selector=f"involvedObject.name={name}"
+            ).items
+            if e.reason == "InvalidSpendCap"
+        ]
+        assert len(warnings) == 1, warnings
+        assert warnings[0].type == "Warning"
+        assert warnings[0].message.startswith(
+            f"annotation {SPEND_ANNOTATION} of Namespace {kube.namespace} must be a number of "
+            "US dollars per day"
+        )
+        assert "admission.dailySpendUSDPerNamespace ($0.00) holds" in warnings[0].message
+    finally:
+        reconciler.close()
