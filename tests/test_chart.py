@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from alpineagents_operator.kube.daily_spend import parse_spend_cap
 from tests.bench.control_plane import ControlPlane
 from tests.bench.helm import CHART, Helm
 from tests.bench.infra import missing
@@ -836,6 +837,14 @@ def test_the_installed_viewer_may_read_agentruns_and_answer_only_when_allowed(
         ),
         ({"retention": {"deletesPerSecond": 0}}, "at '/retention/deletesPerSecond'"),
         ({"store": {"retention": {"days": 0}}}, "at '/store/retention/days': minimum"),
+        (
+            {"admission": {"dailySpendUSDPerNamespace": -1}},
+            "at '/admission/dailySpendUSDPerNamespace': minimum",
+        ),
+        (
+            {"admission": {"dailySpendUSDPerNamespace": "50"}},
+            "at '/admission/dailySpendUSDPerNamespace': got string, want null or number",
+        ),
     ],
 )
 def test_bad_values_are_refused_with_a_message_naming_the_value(
@@ -1419,6 +1428,17 @@ def test_the_shared_limiter_is_one_pod_runs_reach_and_nothing_else(helm: Helm) -
     assert not [d for d in _kinds(off)["Deployment"] if d["metadata"]["name"].endswith("-pacer")]
     [spec] = _run_pod_policies(off).values()
     assert len(spec["egress"]) == 3  # DNS, model, store
+
+
+def test_the_daily_spend_cap_reaches_the_operator_in_dollars_and_null_is_none(
+    helm: Helm,
+) -> None:
+    setting = "ALPINEAGENTS_DAILY_SPEND_USD_PER_NAMESPACE"
+    assert _operator_settings(helm.template({}))[setting] == ""
+    for dollars in (50, 12.5, 0, 1_000_000):
+        values = {"admission": {"dailySpendUSDPerNamespace": dollars}}
+        given = _operator_settings(helm.template(values))[setting]
+        assert parse_spend_cap(given, setting) == dollars, given
 
 
 def test_kueue_is_off_by_default_and_adds_only_the_workloads_it_makes(helm: Helm) -> None:
