@@ -74,13 +74,19 @@ class LocalSTS(ProviderServer):
             "AWS_ENDPOINT_URL_STS": self.url,
         }
 
+    def accepts(self, web_identity_token: str) -> bool:
+        """Whether ``web_identity_token`` is the pod's (here: the one given; a subclass may
+        ask the cluster's issuer, as STS checks a token against the cluster's OIDC
+        provider)."""
+        return hmac.compare_digest(web_identity_token, self.web_identity_token)
+
     def handle(self, request: ProviderRequest, answer: _Handler) -> None:
         form = dict(urllib.parse.parse_qsl(request.body.decode() or request.query))
         if form.get("Action") != "AssumeRoleWithWebIdentity":
             answer.send_body(400, _sts_error("InvalidAction", "not served"), "text/xml")
             return
-        if form.get("RoleArn") != self.role_arn or not hmac.compare_digest(
-            form.get("WebIdentityToken", ""), self.web_identity_token
+        if form.get("RoleArn") != self.role_arn or not self.accepts(
+            form.get("WebIdentityToken", "")
         ):
             self.refuse("sts: wrong role or web identity token")
             answer.send_body(
