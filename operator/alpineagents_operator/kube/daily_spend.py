@@ -40,6 +40,7 @@ __all__ = [
     "SPEND_REASON",
     "DailySpend",
     "SpendCap",
+    "at_cap",
     "held_by_spend",
     "parse_spend_cap",
     "spend_mark",
@@ -53,8 +54,11 @@ SPEND_ANNOTATION = "alpineagents.dev/daily-spend-usd"
 SPEND_REASON = "DailySpendCap"
 """``status.reason`` of a run held by the spend cap (``NamespaceCap`` is the runs cap)."""
 CHART_VALUE = "admission.dailySpendUSDPerNamespace"
-_CENT = 1e-6
-"""Sums of costs as status holds them (4 decimals) compared to a cap: within this, equal."""
+_TOLERANCE_USD = 1e-6
+"""A spend this close to its cap is at it (costs in status have 4 decimals; a sum of
+floats may land a hair under)."""
+_MICRO = 1_000_000
+"""The ledger counts micro-dollars, whole numbers: no float drift however many updates."""
 
 RunKey = tuple[str, str]
 
@@ -127,13 +131,18 @@ class SpendCap:
     """The chart value or the annotation, as the message names it."""
 
 
+def at_cap(spent: float, cap: SpendCap | None) -> bool:
+    """Whether a namespace that spent ``spent`` today is at its cap (None: no cap)."""
+    return cap is not None and spent + _TOLERANCE_USD >= cap.usd
+
+
 def spend_verdict(
     run: AgentRunView, spent: float, cap: SpendCap | None, day: str
 ) -> Verdict | None:
     """The verdict of the spend cap on ``run``, whose namespace spent ``spent`` on
     ``day``: None when under its cap (or none), so the other caps judge it. At the cap,
     a run holding a pod or a place has it taken back (``withdrawn``)."""
-    if cap is None or spent + _CENT < cap.usd:
+    if cap is None or not at_cap(spent, cap):
         return None
     holds = run.status.admitted or run.status.phase in (Phase.PENDING, Phase.RUNNING)
     message = (
@@ -152,8 +161,8 @@ def held_by_spend(run: AgentRunView) -> bool:
 
 @dataclass
 class _Seen:
-    spent: float
-    """Its spend today."""
+    spent: int
+    """Its spend today, in micro-dollars."""
     active: bool
     """It has a pod to take back (Pending, Running)."""
     held: bool
@@ -172,8 +181,9 @@ class DailySpend:
         self._clock = clock
         self._runs: dict[RunKey, _Seen] = {}
         self._day = utc_day(clock())
-        self._totals: dict[str, float] = {}
-        """Spend today by namespace, deleted runs' included (while this operator runs)."""
+        self._totals: dict[str, int] = {}
+        """Spend today by namespace in micro-dollars, deleted runs' included (while this
+        operator runs)."""
 
     @property
     def day(self) -> str:
@@ -186,21 +196,20 @@ class DailySpend:
         namespace's spend today changed. A deleted run's spend stays counted today."""
         day = self.day
         key = (run.namespace, run.name)
-        total = self.spent(run.namespace)
         before = self._runs.pop(key, None)
-        if before is not None:
-            self._add(run.namespace, -before.spent)
-        spent = spent_on(run.status.raw, day)
-        self._add(run.namespace, spent)
+        spent = round(spent_on(run.status.raw, day) * _MICRO)
+        change = spent - (before.spent if before is not None else 0)
+        if change:
+            self._totals[run.namespace] = self._totals.get(run.namespace, 0) + change
         if not gone:
             active = run.status.phase in (Phase.PENDING, Phase.RUNNING) and not run.deleting
             self._runs[key] = _Seen(spent, active, held_by_spend(run))
-        return abs(self.spent(run.namespace) - total) > _CENT
+        return change != 0
 
     def spent(self, namespace: str) -> float:
         """The namespace's spend today, in USD."""
         self._roll()
-        return max(0.0, self._totals.get(namespace, 0.0))
+        return max(0, self._totals.get(namespace, 0)) / _MICRO
 
     def active_in(self, namespace: str) -> list[RunKey]:
         """Runs of ``namespace`` with a pod the cap would take back."""
@@ -215,13 +224,12 @@ class DailySpend:
         return {namespace for namespace, _ in self._runs}
 
     def figures(self) -> dict[str, float]:
-        """Spend today by namespace (for the metrics), namespaces with runs or spend."""
-        self._roll()
-        return {n: self.spent(n) for n in {*self.namespaces(), *self._totals}}
-
-    def _add(self, namespace: str, amount: float) -> None:
-        if amount:
-            self._totals[namespace] = self._totals.get(namespace, 0.0) + amount
+        """Spend today by namespace (for the metrics), namespaces with runs or spend.
+        Only reads (the metrics server's thread calls it): past midnight, all 0."""
+        rolled = utc_day(self._clock()) != self._day
+        totals = dict(self._totals)
+        namespaces = {*self.namespaces(), *totals}
+        return {n: 0.0 if rolled else max(0, totals.get(n, 0)) / _MICRO for n in namespaces}
 
     def _roll(self) -> None:
         day = utc_day(self._clock())
@@ -231,4 +239,4 @@ class DailySpend:
         # nothing yet today counts 0 until its next cost change writes the day's mark).
         self._day, self._totals = day, {}
         for seen in self._runs.values():
-            seen.spent = 0.0
+            seen.spent = 0

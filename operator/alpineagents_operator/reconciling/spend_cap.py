@@ -22,6 +22,7 @@ from alpineagents_operator.kube.daily_spend import (
     SPEND_ANNOTATION,
     DailySpend,
     SpendCap,
+    at_cap,
     parse_spend_cap,
     spend_verdict,
 )
@@ -111,8 +112,7 @@ class SpendCaps:
 
     # ------------------------------------------------------------------ internals
     def _at_cap(self, namespace: str) -> bool:
-        cap = self.cap(namespace)
-        return cap is not None and self.spend.spent(namespace) + 1e-6 >= cap.usd
+        return at_cap(self.spend.spent(namespace), self.cap(namespace))
 
     def _own(self, namespace: str) -> float | None:
         if self._annotations is None:
