@@ -309,7 +309,7 @@ def node_failover(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: 
         page.not_measured.append(f"Operator failover on the real node: {error}")
         return
     times = result.next_reconcile
-    early = sum(1 for reason in result.reasons if "is dead" in reason)
+    early = sum(1 for reason in result.reasons if reason)
     lease, deadline, retry = result.timing
     page.rows["failover-node"] = Row(
         what,

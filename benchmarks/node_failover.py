@@ -37,13 +37,20 @@ class NodeFailovers:
 
     lease_taken: list[float] = field(default_factory=list)
     next_reconcile: list[float] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)  # the new leader's log line, per trial
+    reasons: list[str] = field(default_factory=list)
+    """Per trial, why the new leader took the Lease before it ran out ("" if it waited)."""
     takers: list[str] = field(default_factory=list)  # the standby, or the killed pod's restart
     pods: int = 0
     runs: int = 0
-    lost_between: int = 0  # trials whose leader at the start was not the last one's taker
+    between: list[str] = field(default_factory=list)
+    """The Lease changing hands between two trials, nobody killed: whose to whose, and why."""
     timing: tuple[int, float, float] = (0, 0.0, 0.0)
     load: list[tuple[float, float, float]] = field(default_factory=list)
+
+    @property
+    def lost_between(self) -> int:
+        """How often the Lease changed hands between trials with nobody killed."""
+        return len(self.between)
 
 
 def _pod_of(identity: str) -> str:
@@ -101,6 +108,16 @@ def _log_tail(cluster: Any, pod: str) -> str:
     return str(done.stdout)
 
 
+def _why_taken(cluster: Any, pod: str, previous: str) -> str:
+    """Why ``pod``'s operator took the Lease from ``previous`` before the lease ran out
+    (its log's reason, `lease_holder.py`), or "" if it did not say."""
+    said = f"holder {previous} is dead: "
+    for line in reversed(_log_tail(cluster, pod).splitlines()):
+        if said in line:
+            return line.split(said, 1)[1].split("; taking it", 1)[0]
+    return ""
+
+
 def _wait_standing_by(cluster: Any, pod: str, holder: str) -> None:
     """Until ``pod``'s operator has read the Lease held by ``holder`` (its log says so;
     a file the kubelet keeps, polled)."""
@@ -133,7 +150,8 @@ def measure(workdir: Path, trials: int) -> NodeFailovers:
             for number in range(trials):
                 held, leader, standby = _leader_and_standby(core, coordination, settings)
                 if last_taker and held != last_taker:
-                    result.lost_between += 1  # the lead changed hands with nobody killed
+                    why = _why_taken(cluster, leader, last_taker) or "free or run out"
+                    result.between.append(f"before trial {number + 1}: {why}")
                 _wait_standing_by(cluster, standby, held)
                 pid = operator_pid(leader)
                 name = f"failover-{number:02d}"
@@ -157,12 +175,7 @@ def measure(workdir: Path, trials: int) -> NodeFailovers:
                     # each kill of the same pod; a replacement pod starts at once.
                     cluster.kubectl("delete", "pod", leader, "-n", NAMESPACE, "--wait=false")
                 result.takers.append("the standby" if new_leader == standby else "its restart")
-                said = [
-                    line
-                    for line in _log_tail(cluster, new_leader).splitlines()
-                    if "is dead" in line or "leading: took" in line
-                ]
-                result.reasons.append(said[-1] if said else "")
+                result.reasons.append(_why_taken(cluster, new_leader, held))
         result.pods = sum(
             1 for e in pods.events if e.type == "ADDED" and e.name.startswith("failover-")
         )
@@ -230,14 +243,15 @@ def report(result: NodeFailovers) -> list[str]:
         ]
 
     lease, deadline, retry = result.timing
-    early = sum(1 for reason in result.reasons if "is dead" in reason)
+    early = sum(1 for reason in result.reasons if reason)
+    why = sorted({reason for reason in result.reasons if reason})
     return [
         "## Operator failover on the real node (the leader SIGKILLed)",
         "",
         *table(
             ["the leader's process SIGKILLed →", "trials", "p50", "p95", "max"],
             [
-                line("Lease taken by the standby", result.lease_taken),
+                line("Lease taken by a new holder", result.lease_taken),
                 line("next reconcile (a new run's pod)", result.next_reconcile),
             ],
         ),
@@ -245,13 +259,14 @@ def report(result: NodeFailovers) -> list[str]:
         f"The chart with its defaults on the bench's real node: two operator replicas, the "
         f"Lease at {lease} / {deadline:g} / {retry:g} s (lease, renew deadline, retry). In "
         f"{early} of {len(result.reasons)} trials the new leader took the Lease because the "
-        "holder's pod showed its container dead (`lease_holder.py`), in the others when "
-        "the lease ran out. The new leader was "
+        f"holder's pod showed it dead (`lease_holder.py`: {'; '.join(why) or 'none'}), in the "
+        "others when the lease ran out. The new leader was "
         f"the standby in {result.takers.count('the standby')} trials, the killed pod's "
         f"restarted container in {result.takers.count('its restart')} (the kubelet restarts "
         "it at once; it knows its pod's last holder is dead). Between two trials, with "
-        f"nobody killed, the Lease changed hands {result.lost_between} times (a leader "
-        f"that did not renew in time). {result.pods} pods for {result.runs} runs: no run "
+        f"nobody killed, the Lease changed hands {result.lost_between} times"
+        + (f" ({'; '.join(result.between)})" if result.between else "")
+        + f". {result.pods} pods for {result.runs} runs: no run "
         "got a second pod. Load average (1 min) at the kills: "
         + ", ".join(f"{load[0]:.1f}" for load in result.load)
         + ".",
