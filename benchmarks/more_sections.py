@@ -7,6 +7,7 @@ written, and judged, by code like every other's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,7 +113,10 @@ def warm_pool_burst(
     lead_goal = "no leadership lost (no operator restart) in any pass"
     results: list[pool.BurstResult | None] = []
     failures: list[str] = []
+    began = time.monotonic()
     for number in range(passes):
+        if sizes.burst_minutes and time.monotonic() - began > sizes.burst_minutes * 60:
+            break  # the time given is up: the rows count the passes that ran
         folder = work / f"pass-{number}"
         folder.mkdir()
         try:
@@ -144,7 +148,8 @@ def warm_pool_burst(
         f"{good} of {len(results)} passes met; p95 per pass: {', '.join(p95s)} s",
         goal,
         good == len(results),
-        f"{len(results)} passes of {n} runs",
+        f"{len(results)} passes of {n} runs"
+        + (f" ({passes} asked, {sizes.burst_minutes} min given)" if len(results) < passes else ""),
         judged_over=min(len(r.losses) if r else n for r in results),
     )
     restarts = [r.operator_restarts if r else None for r in results]

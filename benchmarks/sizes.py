@@ -141,6 +141,7 @@ class Sizes:
     warm_pool_rounds: int = 20  # one loss with the pool, one without, per round
     burst_size: int = 30  # graceful stops at once, with a warm pool of as many
     burst_passes: int = 20  # bursts, each on a fresh node: every pass counts
+    burst_minutes: int = 0  # 0: every pass; else no pass starts after this many minutes
     tracing_rounds: int = 7
     tracing_turns: int = 40
 
