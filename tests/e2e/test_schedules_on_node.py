@@ -3,9 +3,9 @@ run taking 90 s (a shell step of the echo model), a ``helm upgrade`` that replac
 operator in the middle, and every run's end told to an HTTP endpoint (``spec.notify``).
 
 The issue asks for ten minutes; this is the smallest scale that still shows each rule,
-four scheduled times (about 7 minutes with the chart's upgrades, in place of 14), because
-CI's time is short. With a 90 s run and a minute between times the pattern repeats every
-two minutes, so ten minutes would only show it again:
+four scheduled times (about 5 minutes with the chart's three upgrades, in place of 14),
+because CI's time is short. With a 90 s run and a minute between times the pattern
+repeats every two minutes, so ten minutes would only show it again:
 
 - ``T0`` gets a run; ``T1`` is skipped (Event ``Skipped``) because that run is still
   active, and is not started when it ends (``startingDeadlineSeconds`` is shorter than
@@ -121,6 +121,14 @@ def _stamp(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+def _note(what: str) -> datetime:
+    """Print when ``what`` happened (pytest shows it with a failure: the timeline) and
+    return that time."""
+    now = datetime.now(UTC)
+    print(f"{now:%H:%M:%S.%f}"[:-3], what)
+    return now
+
+
 def test_every_minute_with_forbid_through_a_helm_upgrade(node_env: Environment, helm: Helm) -> None:
     from tests.bench.node_network import TEST_SERVERS_ADDRESS
 
@@ -139,24 +147,33 @@ def test_every_minute_with_forbid_through_a_helm_upgrade(node_env: Environment, 
             ran, skipped = [times[0], times[2]], [times[1], times[3]]
             names = [run_name(name, moment) for moment in ran]
             env.kubectl("apply", "-f", "-", input=json.dumps(_schedule(name, sink.url, secret)))
-            lead = (first - datetime.now(UTC)).total_seconds()
+            lead = (first - _note(f"schedule {name} created, T0 = {first:%H:%M}")).total_seconds()
 
             # T0 runs; T1 is skipped while it does.
             wait_for_run(env, names[0], lambda r: r is not None, "created", lead + 120)
+            _note(f"run {names[0]} created")
             wait_for_event(env, name, "Skipped", f"run of {_clock(skipped[0])}:", 180)
             # The upgrade, while T0's run goes on (it ends during it or soon after).
+            upgrading = _note("T1 skipped; helm upgrade")
             upgrade_release(env, helm, UPGRADED)
+            _note("upgraded: the new operator alone, handling AgentRuns")
             # The new operator: T2 runs once T0's has ended, T3 is skipped while it does.
             wait_for_run(env, names[1], lambda r: r is not None, "created", 240)
+            _note(f"run {names[1]} created")
             wait_for_event(env, name, "Skipped", f"run of {_clock(skipped[1])}:", 180)
+            _note("T3 skipped; the schedule suspended")
             suspend = json.dumps({"spec": {"suspend": True}})
             env.kubectl("patch", "agentschedule", name, "--type=merge", "-p", suspend)
             for run in names:
                 wait_for_run(env, run, _ended_and_told, "ended and told", RUN_SECONDS * 4)
             deliveries = sink.wait_for(len(names))
+            _note("both runs ended and told")
 
             runs = _runs(env, name)
             _check_runs(runs, names)
+            # The upgrade was in the middle: T0's run went on through it and ended after it
+            # began, so its end was told by the operator of either side of the handover.
+            assert _stamp(status(runs[names[0]])["completedAt"]) > upgrading
             _check_schedule(env, name, ran, skipped, names)
             _check_deliveries(deliveries, runs, names, token)
             # Nothing more came while the checks above went on (at most once, per end).
