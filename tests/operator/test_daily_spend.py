@@ -4,7 +4,7 @@ run then takes (:func:`decide` with that verdict)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,7 +19,8 @@ from alpineagents_operator.kube.daily_spend import (
     spend_verdict,
     spent_on,
 )
-from alpineagents_operator.kube.views import AgentRunView
+from alpineagents_operator.kube.views import AgentRunView, format_time
+from alpineagents_operator.reconciling.retention import expires_at
 from tests.operator.test_decide import MID_RUN, NOW, exited, pod, report, run
 
 TODAY = NOW.date().isoformat()
@@ -27,13 +28,21 @@ CAP = SpendCap(0.05, "its annotation alpineagents.dev/daily-spend-usd")
 
 
 def spent_run(
-    name: str, cost: str, day: str = TODAY, start: str = "0.0000", **status: Any
+    name: str,
+    cost: str,
+    day: str = TODAY,
+    start: str = "0.0000",
+    spec_ttl: int | None = None,
+    **status: Any,
 ) -> AgentRunView:
     """A run of namespace ``team`` whose count for ``day`` began at ``start``."""
+    spec: dict[str, Any] = {"prompt": "hi"}
+    if spec_ttl is not None:
+        spec["ttlSecondsAfterFinished"] = spec_ttl
     return AgentRunView.from_body(
         {
             "metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}"},
-            "spec": {"prompt": "hi"},
+            "spec": spec,
             "status": {
                 "phase": "Succeeded",
                 "costUSD": cost,
@@ -180,3 +189,15 @@ def test_the_cap_holds_a_lost_pods_replacement_too() -> None:
     step = decide(interrupted, [exited(1, 137)], MID_RUN, NOW, verdict)
     assert step.create_pod is None
     assert step.status["phase"] == "Queued" and step.status["admitted"] is None
+
+
+def test_under_a_spend_cap_a_finished_run_is_kept_until_its_spend_day_ends() -> None:
+    def finished(ttl: int) -> AgentRunView:
+        return spent_run("ended", "0.0100", completedAt=format_time(NOW), spec_ttl=ttl)
+
+    midnight = datetime(2026, 3, 2, tzinfo=UTC)
+    # Its status holds its part of today's spend: deleted before midnight, a restarted
+    # operator would not know it.
+    assert expires_at(finished(60), None, spend_cap=True) == midnight
+    assert expires_at(finished(60), None) == NOW + timedelta(seconds=60)  # no cap: its TTL
+    assert expires_at(finished(2 * 86400), None, spend_cap=True) == NOW + timedelta(days=2)

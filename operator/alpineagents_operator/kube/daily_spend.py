@@ -11,9 +11,10 @@ run's cost when that day's count began (:func:`spend_mark`); the run spent
 ``costUSD - fromUSD`` that day (:func:`spent_on`). It costs no request of its own (it
 rides on the status patch that writes the cost), and a restarted operator learns the
 day's spend again from its watch's first listing, as it learns everything else, with no
-store or ConfigMap of its own to keep in step. What it cannot know after a restart is
-the spend of a run deleted earlier that day: :class:`DailySpend` keeps it while the
-operator that saw it runs (``docs/admission.md`` says so).
+store or ConfigMap of its own to keep in step. The operator's own deletions after a
+run's TTL wait for the day of its count to end (:mod:`.retention`); what a restarted
+operator cannot know is the spend of a run deleted by hand earlier that day
+(:class:`DailySpend` keeps it while the operator that saw it runs).
 
 At the cap a run may not start or resume (:func:`spend_verdict`: ``Queued``, reason
 :data:`SPEND_REASON`), and a run that holds a pod has it taken back: its pod is deleted
@@ -29,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from alpineagents_operator.kube.admission import Verdict
@@ -41,6 +42,7 @@ __all__ = [
     "DailySpend",
     "SpendCap",
     "at_cap",
+    "count_ends",
     "held_by_spend",
     "parse_spend_cap",
     "spend_mark",
@@ -111,6 +113,19 @@ def spend_mark(
         forked = patch.get("forkedFrom") or status.get("forkedFrom")
         start = _cost(forked.get("costUSD")) if isinstance(forked, Mapping) else 0.0
     return {"day": day, "fromUSD": f"{start:.4f}"}
+
+
+def count_ends(status: Mapping[str, Any]) -> datetime | None:
+    """When the day of the run's count ends (midnight UTC after it; None: no count): a
+    run deleted before then would take its part of that day's spend with it."""
+    mark = status.get("dailySpend")
+    try:
+        day = date.fromisoformat(str(mark.get("day"))) if isinstance(mark, Mapping) else None
+    except ValueError:
+        return None
+    if day is None:
+        return None
+    return datetime.combine(day + timedelta(days=1), time(), tzinfo=UTC)
 
 
 def spent_on(status: Mapping[str, Any], day: str) -> float:

@@ -6,7 +6,9 @@ A run's ``spec.ttlSecondsAfterFinished`` (else the chart's ``retention.ttlSecond
 (:func:`.notifications.settled`). Its saved State then goes as ``spec.onDelete`` says, as
 for a deletion by hand: ``Keep`` leaves it in the store, ``Delete`` has the operator's
 finalizer delete it first (:mod:`.handlers`), ``Expire`` has it tagged for the bucket's
-lifecycle rule (:mod:`.state_expiry`).
+lifecycle rule (:mod:`.state_expiry`). Where a daily spend cap may be in force, a run
+is kept at least until the UTC day its ``status.dailySpend`` counts is over: that status is
+where the day's spend is kept (:mod:`.daily_spend`).
 
 Deleting is paced: one deleter task starts at most ``ALPINEAGENTS_DELETES_PER_SECOND`` a
 second (four at most under way), on its own (the reconcile steps never wait for it), each
@@ -26,6 +28,7 @@ from datetime import datetime, timedelta
 from alpineagents_operator.deciding import notifications
 from alpineagents_operator.kube.cluster import Cluster
 from alpineagents_operator.kube.config import OperatorConfig
+from alpineagents_operator.kube.daily_spend import count_ends
 from alpineagents_operator.kube.views import TERMINAL_PHASES, AgentRunView, parse_time
 from alpineagents_operator.watching.watched import RunKey
 
@@ -49,16 +52,22 @@ def ttl_of(run: AgentRunView, default: int | None) -> int | None:
     return default
 
 
-def expires_at(run: AgentRunView, default_ttl: int | None) -> datetime | None:
+def expires_at(
+    run: AgentRunView, default_ttl: int | None, *, spend_cap: bool = False
+) -> datetime | None:
     """When the finished run is to be deleted (None: never, or not finished, or its
-    notification still to be settled; a run already being deleted: None)."""
+    notification still to be settled; a run already being deleted: None). With a daily
+    spend cap possible (``spend_cap``), not before the UTC day of its spend count ends:
+    its status is where that day's spend is kept (:mod:`.daily_spend`)."""
     if run.deleting or run.status.phase not in TERMINAL_PHASES:
         return None
     ttl = ttl_of(run, default_ttl)
     completed = parse_time(run.status.raw.get("completedAt"))
     if ttl is None or completed is None or not notifications.settled(run):
         return None
-    return completed + timedelta(seconds=ttl)
+    at = completed + timedelta(seconds=ttl)
+    day_ends = count_ends(run.status.raw) if spend_cap else None
+    return max(at, day_ends) if day_ends is not None else at
 
 
 class Retention:
@@ -69,6 +78,8 @@ class Retention:
     ) -> None:
         self._enabled = config.retention
         self._default = config.ttl_seconds_after_finished
+        self._spend_cap = config.daily_spend_usd_per_namespace is not None or config.namespace_caps
+        """A daily spend cap may be in force: a run is kept until its spend day ends."""
         self._pause = 1.0 / config.deletes_per_second
         self._cluster = cluster
         self._clock = clock
@@ -86,7 +97,7 @@ class Retention:
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
-        when = None if gone or not self._enabled else expires_at(run, self._default)
+        when = None if gone or not self._enabled else self._expires_at(run)
         if when is None:
             return
         wait = (when - self._clock()).total_seconds()
@@ -97,6 +108,9 @@ class Retention:
         self._timers[key] = loop.call_later(
             wait, self._fire, key, run.uid, context=contextvars.Context()
         )
+
+    def _expires_at(self, run: AgentRunView) -> datetime | None:
+        return expires_at(run, self._default, spend_cap=self._spend_cap)
 
     def close(self) -> None:
         for timer in self._timers.values():
@@ -150,7 +164,7 @@ class Retention:
         if body is None:
             return
         run = AgentRunView.from_body(body)
-        when = expires_at(run, self._default)
+        when = self._expires_at(run)
         if run.uid != uid or when is None:
             return  # another run of that name, or no longer due (its next event says)
         if when > self._clock():
