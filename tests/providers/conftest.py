@@ -5,6 +5,7 @@ never be written anywhere (:class:`Cloud`)."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +19,9 @@ from alpineagents.testing.bedrock_wire import BedrockServer, LocalSTS
 from alpineagents.testing.foundry_wire import EntraServer, FoundryServer
 from alpineagents.testing.gateway_wire import GatewayServer
 from alpineagents.testing.provider_wire import ProviderServer
-from alpineagents.testing.vertex_wire import MetadataServer, VertexServer
+from alpineagents.testing.vertex_wire import MetadataServer, OAuthServer, VertexServer
 
-CLOUDS = ("gateway", "bedrock", "vertex", "foundry-key", "foundry-entra")
+CLOUDS = ("gateway", "bedrock", "vertex", "vertex-key", "foundry-key", "foundry-entra")
 GATEWAY_SECRET = "gw-secret-header-value-0123456789"
 FOUNDRY_KEY = "foundry-key-0123456789abcdef"
 WEB_IDENTITY_TOKEN = "projected-service-account-token-0123456789"
@@ -187,6 +188,27 @@ class cloud_for:
                 gen_ai_name="gcp.vertex_ai",
                 wires=[vertex],
                 issued=lambda: list(metadata.tokens),
+            )
+        if name == "vertex-key":
+            oauth = self.start(OAuthServer("runs-project"))
+            vertex = self.start(VertexServer(model, oauth, "us-east5"))
+            key = oauth.service_account_key("runs@runs-project.iam.gserviceaccount.com")
+            return Cloud(
+                name,
+                model,
+                spec={
+                    "type": "vertex",
+                    "region": "us-east5",
+                    "projectId": "runs-project",
+                    "baseURL": vertex.base_url,
+                    "credentials": {"secretKeyRef": {"name": "vertex-sa", "key": "key.json"}},
+                },
+                env={"ALPINEAGENTS_PROVIDER_CREDENTIALS": key},
+                model_id="claude-sonnet-4-5@20250929",
+                gen_ai_name="gcp.vertex_ai",
+                wires=[oauth, vertex],
+                issued=lambda: list(oauth.tokens),
+                given=[key, json.loads(key)["private_key"]],
             )
         if name == "foundry-key":
             foundry = self.start(FoundryServer(model, api_key=FOUNDRY_KEY))

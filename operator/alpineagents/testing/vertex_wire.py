@@ -2,14 +2,16 @@
 
 :class:`VertexServer` serves ``POST /v1/projects/{project}/locations/{region}/publishers/
 anthropic/models/{model}:rawPredict`` and ``:streamRawPredict`` and accepts only a bearer
-token its :class:`MetadataServer` issued and that has not expired (else 401
+token its :class:`MetadataServer` (or :class:`OAuthServer`) issued and that has not expired (else 401
 ``UNAUTHENTICATED``, as Google answers). A 429 goes back as Google's
 ``RESOURCE_EXHAUSTED``; the rest of the Messages API's answers pass as they are.
 
 :class:`MetadataServer` is the GKE metadata server Workload Identity answers from: the
 ping, the project id, the service account and its access token, each only with the
 ``Metadata-Flavor: Google`` header. google-auth finds it by ``GCE_METADATA_HOST`` and
-``GCE_METADATA_IP`` (:meth:`MetadataServer.env`).
+``GCE_METADATA_IP`` (:meth:`MetadataServer.env`). :class:`OAuthServer` is Google's token
+endpoint for a service account key given instead (the JWT-bearer grant, the assertion's
+signature checked).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from typing import Any
 
 from .provider_wire import ProviderRequest, ProviderServer, _Handler
 
-__all__ = ["MetadataServer", "VertexServer"]
+__all__ = ["MetadataServer", "OAuthServer", "VertexServer"]
 
 _FLAVOR = {"metadata-flavor": "Google"}
+_JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+_GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
 
 
 class MetadataServer(ProviderServer):
@@ -94,6 +98,84 @@ class MetadataServer(ProviderServer):
         return expires is not None and expires > time.time()
 
 
+class OAuthServer(ProviderServer):
+    """Google's OAuth 2.0 token endpoint for service account keys (a key's ``token_uri``):
+    the JWT-bearer grant, its assertion verified with the public half of a key it made
+    (:meth:`service_account_key`). A :class:`VertexServer` takes the tokens it issues."""
+
+    name = "oauth"
+
+    def __init__(self, project_id: str, *, host: str = "127.0.0.1") -> None:
+        super().__init__(None, host=host)
+        self.project_id = project_id
+        self.tokens: dict[str, float] = {}
+        """Each access token issued, with the time it expires."""
+        self._public_keys: dict[str, str] = {}
+
+    def service_account_key(self, email: str) -> str:
+        """A new key of service account ``email``: its JSON, as Google hands it out, with
+        this endpoint as its ``token_uri``."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        private = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ).decode()
+        public = (
+            key.public_key()
+            .public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+            .decode()
+        )
+        with self._lock:
+            self._public_keys[email] = public
+        info = {
+            "type": "service_account",
+            "project_id": self.project_id,
+            "private_key_id": secrets.token_hex(20),
+            "private_key": private,
+            "client_email": email,
+            "client_id": str(secrets.randbelow(10**20)),
+            "token_uri": self.url + "/token",
+        }
+        return json.dumps(info, indent=2)
+
+    def handle(self, request: ProviderRequest, answer: _Handler) -> None:
+        from google.auth import jwt
+
+        if request.method != "POST" or request.path != "/token":
+            answer.send_json(404, {"error": "not_found"})
+            return
+        form = dict(urllib.parse.parse_qsl(request.body.decode()))
+        if form.get("grant_type") != _JWT_BEARER:
+            answer.send_json(400, {"error": "unsupported_grant_type"})
+            return
+        assertion = form.get("assertion", "")
+        try:
+            issuer = jwt.decode(assertion, verify=False).get("iss", "")
+            with self._lock:
+                public = self._public_keys[issuer]
+            # google-auth names Google's endpoint as the audience whatever the token_uri.
+            jwt.decode(assertion, certs=public, audience=[_GOOGLE_TOKEN_URI, self.url + "/token"])
+        except (ValueError, KeyError):
+            self.refuse("oauth: an assertion not signed by a key of this endpoint")
+            answer.send_json(400, {"error": "invalid_grant", "error_description": "Invalid JWT"})
+            return
+        token = "ya29.sa-" + secrets.token_urlsafe(32)
+        with self._lock:
+            self.tokens[token] = time.time() + 3600
+        answer.send_json(200, {"access_token": token, "expires_in": 3600, "token_type": "Bearer"})
+
+    def valid(self, token: str) -> bool:
+        with self._lock:
+            expires = self.tokens.get(token)
+        return expires is not None and expires > time.time()
+
+
 class VertexServer(ProviderServer):
     """Vertex AI's ``rawPredict`` and ``streamRawPredict`` for Claude in ``project_id`` and
     ``region``, for tokens ``metadata`` issued, answered by ``model``."""
@@ -101,7 +183,12 @@ class VertexServer(ProviderServer):
     name = "vertex"
 
     def __init__(
-        self, model: Any, metadata: MetadataServer, region: str, *, host: str = "127.0.0.1"
+        self,
+        model: Any,
+        metadata: MetadataServer | OAuthServer,
+        region: str,
+        *,
+        host: str = "127.0.0.1",
     ) -> None:
         super().__init__(model, host=host)
         self.metadata = metadata
