@@ -156,11 +156,13 @@ class OAuthServer(ProviderServer):
             return
         assertion = form.get("assertion", "")
         try:
-            issuer = jwt.decode(assertion, verify=False).get("iss", "")
+            claims = jwt.decode(assertion, verify=False)  # type: ignore[no-untyped-call]
+            issuer = claims.get("iss", "")
             with self._lock:
                 public = self._public_keys[issuer]
             # google-auth names Google's endpoint as the audience whatever the token_uri.
-            jwt.decode(assertion, certs=public, audience=[_GOOGLE_TOKEN_URI, self.url + "/token"])
+            audience = [_GOOGLE_TOKEN_URI, self.url + "/token"]
+            jwt.decode(assertion, certs=public, audience=audience)  # type: ignore[no-untyped-call]
         except (ValueError, KeyError):
             self.refuse("oauth: an assertion not signed by a key of this endpoint")
             answer.send_json(400, {"error": "invalid_grant", "error_description": "Invalid JWT"})
