@@ -172,10 +172,11 @@ def test_with_shared_credentials_the_pod_gets_the_store_secret() -> None:
     shared = replace(CONFIG, run_credentials="shared")
     pod = pod_manifest(agentrun(), 1, shared)
     env = env_of(pod)
-    assert env["AWS_SECRET_ACCESS_KEY"] == {
+    assert env["MINIO_SECRET_KEY"] == {
         "secretKeyRef": {"name": "store-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
     }
-    assert "AWS_SECRET_ACCESS_KEY_FILE" not in env
+    # Never under AWS_* names: a Bedrock run's AWS SDK would sign with the store's key.
+    assert not [name for name in env if name.startswith("AWS_")]
     assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "work", "spec"]
 
 

@@ -33,7 +33,8 @@ mounts its run's own Secret (``<run>-store-credentials``, see
 gets ``AWS_ACCESS_KEY_ID_FILE``, ``AWS_SECRET_ACCESS_KEY_FILE`` and
 ``AWS_SESSION_TOKEN_FILE`` pointing there (files, so renewals reach a running pod);
 it never gets the store Secret. With ``shared`` credentials it gets the store Secret's
-key as ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``.
+key as ``MINIO_ACCESS_KEY``/``MINIO_SECRET_KEY`` (never as ``AWS_*``, which the AWS SDK
+would take for a Bedrock run's own identity).
 """
 
 from __future__ import annotations
@@ -406,10 +407,10 @@ def _common_env(config: OperatorConfig, per_run_credentials: bool) -> list[JSON]
             for key in CREDENTIALS_KEYS
         ]
     elif config.store_secret and not config.per_run_credentials:
-        ours.append(_secret_env("AWS_ACCESS_KEY_ID", config.store_secret, config.store_access_key))
-        ours.append(
-            _secret_env("AWS_SECRET_ACCESS_KEY", config.store_secret, config.store_secret_key)
-        )
+        # Under the store's own names, not AWS_*: the AWS SDK's chain would take those
+        # before the pod's identity, and sign a Bedrock run's requests with the store's key.
+        ours.append(_secret_env("MINIO_ACCESS_KEY", config.store_secret, config.store_access_key))
+        ours.append(_secret_env("MINIO_SECRET_KEY", config.store_secret, config.store_secret_key))
     return ours
 
 
