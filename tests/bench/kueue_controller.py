@@ -86,13 +86,11 @@ def _config(cert_dir: Path, webhook_port: int, health_port: int) -> str:
             # (it needs nothing beyond the core APIs).
             "integrations": {"frameworks": ["batch/job"]},
             "featureGates": {"VisibilityOnDemand": False},
-            # Fair sharing between the ClusterQueues of a cohort, as a platform team
-            # sharing quota between teams turns it on (tests/bench/kueue_fair_share.py);
-            # a ClusterQueue in no cohort, and preemption (off in every queue here),
-            # are as without it.
-            "fairSharing": {
-                "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
-            },
+            # Admission fair sharing, for a ClusterQueue whose admissionScope asks for it
+            # (tests/bench/kueue_fair_share.py; the others are as without it): usage
+            # sampled each second (the default, 5 minutes, is for hour-long jobs), and a
+            # half-life longer than a test, so what is compared is the usage so far.
+            "admissionFairSharing": {"usageHalfLifeTime": "10m", "usageSamplingInterval": "10s"},
         }
     )
 
