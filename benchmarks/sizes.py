@@ -28,6 +28,7 @@ ORDER = [
     "operator-scale",
     "operator-runs",
     "operator-runs-live",  # issue 47
+    "queued-runs",  # issue 41
     "retention-pace",  # issue 42
     "retention-losses",
     "retention-states",
@@ -57,6 +58,7 @@ SECTION_ROWS = {
     "resume": ["resume-latency", "resume-whole", "resume-stop-record"],
     "operator": ["operator-scale"],
     "operator-runs": ["operator-runs", "operator-runs-live"],
+    "queued-runs": ["queued-runs"],
     "retention": ["retention-pace", "retention-losses", "retention-states"],
     "long-runs": ["long-cache", "long-flat", "long-window", "long-largest", "long-resume"],
     "failover-node": ["failover-node"],
@@ -129,6 +131,8 @@ class Sizes:
     operator_live: list[int] = field(default_factory=lambda: [100, 1_000, 3_000, 10_000])
     """AgentRuns created while the operator runs, up to each size in turn (the same)."""
     operator_losses: int = 20  # one lost pod at a time, at each size
+    queued_runs: int = 10_000  # AgentRuns the operator holds, all but queued_cap queued
+    queued_cap: int = 10  # admission.maxRunningPerNamespace for them
     operator_idle: float = 0.0  # seconds of idle measured; 0: three resync periods
     retention_runs: int = 10_000  # finished runs past their TTL, deleted at the chart's pace
     retention_losses: int = 20  # lost pods replaced during those deletions (and after)
@@ -160,6 +164,8 @@ class Sizes:
             operator_steady=[20],
             operator_live=[20],
             operator_losses=2,
+            queued_runs=50,
+            queued_cap=5,
             operator_idle=5.0,
             retention_runs=100,
             retention_losses=2,
