@@ -5,11 +5,11 @@ pod a while after it is created, as its kubelet would when the runner answers).
 
 Two namespaces, each with its LocalQueue on one ClusterQueue whose quota is five runs'
 CPU, shared by usage (:func:`~tests.bench.kueue_fair_share.queue_objects` says why not
-a cohort of two ClusterQueues); the same number of runs in each, all waiting before
-the quota opens. Every run succeeds, each team holds half of the
-quota (within 10 %) while both have runs waiting, five run at once, and no pod is ever
-created before its run's Workload was admitted (every pod creation and every admission
-recorded by watches, ordered by the one etcd's revisions).
+a cohort of two ClusterQueues); the same number of runs in each, all applied before
+the operator starts. Every run succeeds, each team holds half of the quota (within
+10 %) while both have runs waiting, five run at once, and no pod is ever created before
+its run's Workload was admitted (every pod creation and every admission recorded by
+watches, ordered by the one etcd's revisions).
 
 About 40 s for the issue's 20 runs a team, most of it the runs taking their turns.
 """
