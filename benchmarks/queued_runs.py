@@ -23,6 +23,7 @@ requests the API server's audit log counts.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -276,7 +277,8 @@ def reference(folder: Path, runs: int) -> Reference | None:
         text = page.read_text(encoding="utf-8") if page.exists() else ""
         lines = text.split(LIVE_HEADING, 1)[1].splitlines() if LIVE_HEADING in text else []
         source = f"{EARLIER_PAGE} (the {REFERENCE_SECTION} row's page)"
-    table = [line for line in lines if line.startswith("|")]
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
+    table = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
     if len(table) < 3:
         return None
     head = [cell.strip() for cell in table[0].strip("|").split("|")]
