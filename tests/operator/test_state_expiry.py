@@ -16,8 +16,9 @@ from typing import Any
 from minio.commonconfig import ENABLED, Filter
 from minio.lifecycleconfig import Expiration, LifecycleConfig, Rule
 
-from alpineagents import Message, State
+from alpineagents import FileStore, Message, State, Store
 from alpineagents.pod_contract import state_id_for
+from alpineagents.store.encrypted import EncryptedStore, Keyring
 from alpineagents.store.s3 import MinioStore
 from alpineagents_operator.credentials.state_expiry import (
     EXPIRE_TAG,
@@ -64,7 +65,7 @@ def tags_by_object(minio: S3Server, bucket: str) -> dict[str, dict[str, str]]:
     }
 
 
-def saved(store: MinioStore, state_id: str, saves: int) -> State:
+def saved(store: Store, state_id: str, saves: int) -> State:
     """A State saved ``saves`` times (an object per save, as a run's pod leaves it)."""
     state = State(state_id, [Message.user("first")])
     store.save(state)
@@ -117,6 +118,23 @@ def test_an_expiring_state_is_tagged_whole_and_no_other_is(
     assert not any(kept.values())
     loaded = store.load("ns.expiring")  # tagged, not changed: it reads back whole till then
     assert len(loaded.history) == len(original.history)
+
+
+def test_an_encrypted_stores_state_is_tagged_too_and_a_file_stores_kept(
+    minio: S3Server, minio_bucket: str, tmp_path: Path
+) -> None:
+    key = Keyring([("k1", bytes(range(32)))])
+    sealed = EncryptedStore(store_in(minio, minio_bucket), key)
+    saved(sealed, "ns.sealed", 2)
+    assert leave_to_rule(sealed, "ns.sealed", 7).startswith("left to the bucket's rule")
+    tags = tags_by_object(minio, minio_bucket)
+    assert tags and all(t == dict([EXPIRE_TAG]) for t in tags.values())
+
+    files = FileStore(tmp_path / "runs")
+    saved(files, "ns.local", 2)
+    assert leave_to_rule(files, "ns.local", 7).startswith("kept")
+    assert files.read("ns.local") is not None
+    assert not ensure_expiry_rule(files, 7)  # a folder has no lifecycle rules
 
 
 def deleted(name: str) -> Callable[[Event], bool]:
