@@ -103,7 +103,21 @@ def _capacity_refusal(error: BaseException) -> Limit | None:
     signals = _signals(error)
     spent = [name for name, bucket in signals.buckets.items() if bucket.remaining <= 0]
     order: tuple[Limit, ...] = ("input_tokens", "output_tokens", "tokens", "requests")
-    return next((limit for limit in order if limit in spent), "requests")
+    return next((limit for limit in order if limit in spent), None) or _quota_named(error)
+
+
+# Bedrock sends no rate-limit headers: its ThrottlingException names the quota that ran out
+# only in its message ("Too many tokens, please wait before trying again.").
+_QUOTAS_IN_WORDS: tuple[tuple[str, Limit], ...] = (
+    ("too many tokens", "tokens"),
+    ("too many requests", "requests"),
+)
+
+
+def _quota_named(error: BaseException) -> Limit:
+    """The limit a refusal's words name (a request limit when they name none)."""
+    text = str(error).lower()
+    return next((limit for words, limit in _QUOTAS_IN_WORDS if words in text), "requests")
 
 
 def _signals(error: BaseException) -> RateSignals:

@@ -13,7 +13,7 @@ import pytest
 
 from alpineagents import Agent, FileStore, Message, Provider, State, tool
 from alpineagents.redaction import MASK, Redactor
-from alpineagents.testing import ModelServer, reply, tool_use
+from alpineagents.testing import ModelServer, error, reply, tool_use
 from alpineagents.testing.bedrock_wire import BedrockServer, LocalSTS
 from tests.providers.conftest import next_region
 
@@ -77,6 +77,22 @@ def test_a_run_answers_through_bedrock_with_keys_from_the_web_identity_exchange(
     # The temporary keys are masked in whatever the process writes from now on.
     (key, (secret, token)), masks = _issued_keys(bedrock), Redactor.from_environment()
     assert masks.text(f"{key} {secret} {token}") == f"{MASK} {MASK} {MASK}"
+
+
+def test_a_throttling_exception_is_a_wait_for_the_quota_its_message_names(
+    model: ModelServer, bedrock: BedrockServer
+) -> None:
+    model.add(
+        error(429, "Too many tokens, please wait before trying again."),
+        error(429, "Too many requests, please wait before trying again."),
+        reply("Done."),
+    )
+    waits: list[str] = []
+    agent = Agent(MODEL, provider=provider(bedrock), on_throttle=lambda _, t: waits.append(t.limit))
+
+    assert agent.run(State("throttled", [Message.user("go")])) == "Done."
+    # Bedrock sends no rate-limit headers: its words are what says which quota ran out.
+    assert waits == ["tokens", "requests"]
 
 
 def test_a_request_signed_with_the_wrong_secret_is_refused(

@@ -96,6 +96,7 @@ class HeaderPacer:
         self._not_before_limit: Limit = "requests"
         self._refusals_in_a_row = 0
         self._spread = 0.0
+        self._spread_limit: Limit = "requests"  # what the refusals that widened it named
         self._last_uncached_input: int | None = None
 
     async def turn(self, ticket: Ticket, report: Report) -> None:
@@ -107,7 +108,7 @@ class HeaderPacer:
             if short is not None and short[1] > wait:
                 limit, wait = short
             if spread > wait:
-                limit, wait = "requests", spread
+                limit, wait = self._spread_limit, spread
             spread = 0.0
             if wait <= 0:
                 self._take(ticket)
@@ -138,6 +139,7 @@ class HeaderPacer:
             bucket = signals.buckets.get(limit)
             fills = bucket.full_in if bucket is not None else self.first_delay
             self._spread = min(max(self._spread * 2, fills, self.first_delay), self.max_delay)
+            self._spread_limit = limit
             wait = signals.retry_after if signals.retry_after is not None else 0.0
         until = self._clock() + wait
         if until > self._not_before:
