@@ -321,7 +321,8 @@ def node_failover(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: 
         f"{_p50_p95(times)} (Lease taken {_p50_p95(result.lease_taken)}); the new leader "
         f"saw the holder dead in {early} of {len(times)} trials (the standby took over in "
         f"{result.takers.count('the standby')}, the killed pod's restart in "
-        f"{result.takers.count('its restart')}); the Lease changed hands {result.lost_between} "
+        f"{result.takers.count('its restart')}, another pod in "
+        f"{result.takers.count('another pod')}); the Lease changed hands {result.lost_between} "
         f"times between trials with nobody killed; {result.pods} pods for {result.runs} runs",
         goal,
         percentile(times, 0.95) < FAILOVER_GOAL,

@@ -172,9 +172,20 @@ def measure(workdir: Path, trials: int) -> NodeFailovers:
                 if new_leader != leader:
                     # A fresh standby for the next trial: the killed pod's container would
                     # come back after the kubelet's crash-loop back-off, which grows with
-                    # each kill of the same pod; a replacement pod starts at once.
-                    cluster.kubectl("delete", "pod", leader, "-n", NAMESPACE, "--wait=false")
-                result.takers.append("the standby" if new_leader == standby else "its restart")
+                    # each kill of the same pod; a replacement pod starts at once. Waited
+                    # out: a standby ignores SIGTERM (PID 1 with no handler), so the
+                    # deleted pod's restarted container stands by for the whole grace
+                    # period and may take the next trial's Lease, then be SIGKILLed.
+                    cluster.kubectl(
+                        "delete", "pod", leader, "-n", NAMESPACE, "--wait=true", "--timeout=300s"
+                    )  # fmt: skip
+                result.takers.append(
+                    "the standby"
+                    if new_leader == standby
+                    else "its restart"
+                    if new_leader == leader
+                    else "another pod"
+                )
                 result.reasons.append(_why_taken(cluster, new_leader, held))
         result.pods = sum(
             1 for e in pods.events if e.type == "ADDED" and e.name.startswith("failover-")
@@ -229,6 +240,21 @@ def _operator_settings(cluster: Any) -> dict[str, str]:
     raise RuntimeError("no operator settings (ConfigMap) in the release")
 
 
+_KINDS = {
+    "ran in this pod": "its own pod's container had started again",
+    "container has terminated": "the holder's container had terminated",
+    "container has restarted": "the holder's container had restarted",
+    "has ended": "the holder's pod had ended",
+    "is gone": "the holder's pod was gone",
+    "another pod of that name": "another pod had the holder's pod's name",
+}
+
+
+def _kind(reason: str) -> str:
+    """A reason of `lease_holder.py`'s without the pod's name, to count alike ones."""
+    return next((kind for phrase, kind in _KINDS.items() if phrase in reason), reason)
+
+
 def report(result: NodeFailovers) -> list[str]:
     """The section's details, as Markdown lines."""
     from .results_page import table
@@ -244,7 +270,8 @@ def report(result: NodeFailovers) -> list[str]:
 
     lease, deadline, retry = result.timing
     early = sum(1 for reason in result.reasons if reason)
-    why = sorted({reason for reason in result.reasons if reason})
+    kinds = [_kind(reason) for reason in result.reasons if reason]
+    why = [f"{kinds.count(kind)}: {kind}" for kind in sorted(set(kinds))]
     return [
         "## Operator failover on the real node (the leader SIGKILLed)",
         "",
@@ -263,7 +290,8 @@ def report(result: NodeFailovers) -> list[str]:
         "others when the lease ran out. The new leader was "
         f"the standby in {result.takers.count('the standby')} trials, the killed pod's "
         f"restarted container in {result.takers.count('its restart')} (the kubelet restarts "
-        "it at once; it knows its pod's last holder is dead). Between two trials, with "
+        "it at once; it knows its pod's last holder is dead), another pod in "
+        f"{result.takers.count('another pod')}. Between two trials, with "
         f"nobody killed, the Lease changed hands {result.lost_between} times"
         + (f" ({'; '.join(result.between)})" if result.between else "")
         + f". {result.pods} pods for {result.runs} runs: no run "
