@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 
 import kopf
 
 from alpineagents_operator.edge.leadership import LeaderElector, LeaseSettings, StandbyHealth
 from alpineagents_operator.kube.config import OperatorConfig
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def main() -> None:
@@ -62,11 +66,24 @@ def _lead(settings: LeaseSettings | None, health_port: int) -> LeaderElector | N
 
     elector = LeaderElector(settings, api_client_from_environment())
     health = StandbyHealth(health_port, elector) if health_port else None
+    # In a container the operator is PID 1, which has no default action for SIGTERM:
+    # unhandled, a deleted standby stood by through its pod's whole grace period, could
+    # take the Lease meanwhile and was then SIGKILLed as the new leader. kopf installs
+    # its own handlers once it runs.
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
     try:
-        elector.acquire()
+        held = elector.acquire(stop)
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if health is not None:
             health.close()
+    if not held or stop.is_set():
+        if held:
+            elector.release()
+        logging.getLogger(__name__).info("stopped while standing by")
+        raise SystemExit(0)
     return elector
 
 

@@ -177,6 +177,18 @@ def test_a_stopped_leader_hands_the_lease_back(pair: Pair) -> None:
         assert (freed.object["spec"].get("leaseDurationSeconds")) == 1
 
 
+def test_a_standby_stopped_while_it_waits_exits_cleanly_without_the_lease(pair: Pair) -> None:
+    # In a pod the operator is PID 1, for which an unhandled SIGTERM does nothing: a
+    # deleted standby must stop on it, not stand by until its grace period's SIGKILL.
+    api = pair.plane.api_client()
+    with EventLog(api, pair.namespace, "leases") as leases:
+        _start_leader_then_standby(pair, leases)
+        assert pair.second.stop() == 0, pair.diagnostics()
+        assert "stopped while standing by" in pair.second.log_text()
+        assert not any(holder(e).startswith("operator-b_") for e in leases.events)
+    assert pair.first.process is not None and pair.first.process.poll() is None
+
+
 class _HoldingProxy:
     """A TCP proxy to the API server that, once :meth:`cut` is called, holds every byte
     (and every new connection) forever: the leader's requests neither fail nor finish,
