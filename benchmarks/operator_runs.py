@@ -338,7 +338,8 @@ def chart_settings() -> dict[str, str]:
     }
 
 
-def _create_run(custom: Any, name: str) -> None:
+def create_run(custom: Any, name: str) -> None:
+    """Create one plain AgentRun (read to its end, its connection back in the pool)."""
     body = {
         "apiVersion": "alpineagents.dev/v1",
         "kind": "AgentRun",
@@ -411,7 +412,7 @@ def measure_live(
                 requests.mark()
                 began = time.monotonic()
                 with ThreadPoolExecutor(CREATORS) as pool:
-                    list(pool.map(lambda name: _create_run(custom, name), names))
+                    list(pool.map(lambda name: create_run(custom, name), names))
                 at.creating_seconds = time.monotonic() - began
                 made = size
                 pods.wait_for(names)

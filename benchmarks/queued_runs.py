@@ -39,6 +39,7 @@ from .operator_runs import (
     SETTLE_POLL,
     chart_settings,
     control_plane,
+    create_run,
 )
 from .operator_scale import (
     HANDLED,
@@ -107,24 +108,6 @@ class Reference:
     peak_mib: float
     idle_percent: float
     source: str
-
-
-def _create(custom: Any, name: str) -> None:
-    body = {
-        "apiVersion": "alpineagents.dev/v1",
-        "kind": "AgentRun",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "model": "claude-sonnet-5",
-            "prompt": f"job {name}",
-            "restartPolicy": {"initialBackoffSeconds": 0},
-        },
-    }
-    response = custom.create_namespaced_custom_object(
-        "alpineagents.dev", "v1", NAMESPACE, "agentruns", body, _preload_content=False
-    )
-    _ = response.data  # read to its end before the connection goes back to the pool
-    response.release_conn()
 
 
 def _listed(custom: Any) -> list[dict[str, Any]]:
@@ -207,7 +190,7 @@ def measure(workdir: Path, runs: int, cap: int, idle: float, decisions: int) -> 
                 began = time.monotonic()
                 names = [f"run-{n:05d}" for n in range(runs)]
                 with ThreadPoolExecutor(CREATORS) as pool:
-                    list(pool.map(lambda name: _create(custom, name), names))
+                    list(pool.map(lambda name: create_run(custom, name), names))
                 result.creating_seconds = time.monotonic() - began
                 _wait(
                     lambda: sum(map(_settled, _listed(custom))) == runs, "the runs did not settle"
