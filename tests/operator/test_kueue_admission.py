@@ -20,6 +20,7 @@ import pytest
 
 from tests.bench.control_plane import ControlPlane
 from tests.bench.kueue_controller import Kueue
+from tests.bench.kueue_fair_share import answered_pod_status
 from tests.bench.operator_process import (
     Event,
     EventLog,
@@ -125,24 +126,7 @@ def workload_of(plane: ControlPlane, namespace: str, run: str) -> dict[str, Any]
 
 def exited_answered(plane: ControlPlane, namespace: str, pod: str) -> None:
     """Write the pod's end as its kubelet would: exit 0 with the runner's report."""
-    report = json.dumps({"outcome": "answered", "answer": "done"})
-    status = {
-        "status": {
-            "phase": "Succeeded",
-            "containerStatuses": [
-                {
-                    "name": "agent",
-                    "image": "alpineagents:kueue",
-                    "imageID": "",
-                    "ready": False,
-                    "restartCount": 0,
-                    "state": {
-                        "terminated": {"exitCode": 0, "reason": "Completed", "message": report}
-                    },
-                }
-            ],
-        }
-    }
+    status = answered_pod_status()
     plane.kubectl(
         "patch", "pod", pod, "-n", namespace, "--subresource=status", "--type=merge",
         "-p", json.dumps(status),
