@@ -1,3 +1,5 @@
+from typing import Any
+
 import pytest
 
 # The test bench's fixtures, one module per real component (see tests/bench/).
@@ -20,22 +22,40 @@ pytest_plugins: list[str] = [
 
 
 # The tests that take the machine's real node or kind's clusters run one after another in
-# one worker (scripts/test runs two: pytest-xdist's loadgroup); every other module runs
-# whole in the other worker, its fixtures set up once.
-_ONE_WORKER = ("tests/e2e/", "tests/kind/", "tests/bench/")
+# one worker (scripts/test runs two); every other module runs whole in the other worker,
+# its fixtures set up once. The credentials' clock module joins the node's line, whose
+# tests are the longest: its first test starts the clock, its last waits for it.
+_WITH_THE_NODE = (
+    "tests/e2e/",
+    "tests/kind/",
+    "tests/bench/",
+    "tests/operator/test_run_credentials.py",
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scheduling by scope, the scope being the node's line or a module.
+
+    (Not its ``loadgroup``: under pytest 9.2 the group markers no longer reach the
+    tests' ids, so every test went its own way and both workers started a real node.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _ByLine(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "the real node" if module.startswith(_WITH_THE_NODE) else module
+
+    return _ByLine(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A test that waits for a server's clock (STS credentials live 15 minutes at the
     # least) runs last, and the test that starts that clock runs first, so the wait
-    # overlaps the rest of the suite instead of adding to it (both join the real node's
-    # worker, whose tests are the longest line).
+    # overlaps the rest of the suite instead of adding to it.
     def place(item: pytest.Item) -> int:
         marker = item.get_closest_marker("clock")
         return {"start": 0, "end": 2}[marker.args[0]] if marker else 1
 
     items.sort(key=place)
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        alone = module.startswith(_ONE_WORKER) or item.get_closest_marker("clock")
-        item.add_marker(pytest.mark.xdist_group("real-node" if alone else module))
