@@ -128,7 +128,11 @@ def test_a_pod_deleted_mid_tool_is_replaced_at_once_and_the_call_is_not_run_agai
     assert [s["reason"] for s in stops] == ["interrupted", "answered"], stops
     assert "SystemExit" in stops[0]["error"], stops
     events = event_reasons(node_env, name)
-    assert "terminating" in events["PodLost"] and "Resumed" in events
+    # Which the operator saw first depends on the machine's load: the pod terminating
+    # (then it waited for the stop save) or already stopped by the SIGTERM.
+    lost = events["PodLost"]
+    assert "terminating" in lost or "was stopped (SIGTERM, exit 143)" in lost, lost
+    assert "Resumed" in events
     operator = node_env.kubectl(
         "get", "pods", "-l", OPERATOR_PODS, "-o", "jsonpath={.items[0].metadata.name}"
     ).stdout
