@@ -34,12 +34,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+_Figures = TypeVar("_Figures")
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _LOSS_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 _FINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -264,6 +265,17 @@ class _RunSeen:
         """Call id → when this operator first saw it waiting."""
 
 
+def _read_beside_the_loop(figures: Callable[[], _Figures], empty: _Figures) -> _Figures:
+    """``figures()`` read on the metrics server's thread while the event loop changes
+    what it copies: a copy taken as a dict changes size is taken again."""
+    for _ in range(3):
+        try:
+            return figures()
+        except RuntimeError:
+            continue
+    return empty
+
+
 class _AdmissionGauges(Collector):
     """Places held and runs in line by namespace, read from the ledger at each scrape."""
 
@@ -271,7 +283,8 @@ class _AdmissionGauges(Collector):
         self._figures = figures
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        in_use, queued = self._figures()
+        nothing: tuple[Mapping[str, int], Mapping[str, int]] = ({}, {})
+        in_use, queued = _read_beside_the_loop(self._figures, nothing)
         for name, text, counts in (
             ("alpineagents_admission_in_use", "Runs holding a place, by namespace.", in_use),
             ("alpineagents_admission_queued", "Runs Queued for a place, by namespace.", queued),
@@ -295,7 +308,8 @@ class _SpendGauge(Collector):
             "status.costUSD increments made today.",
             labels=["namespace"],
         )
-        for namespace, usd in sorted(self._figures().items()):
+        nothing: Mapping[str, float] = {}
+        for namespace, usd in sorted(_read_beside_the_loop(self._figures, nothing).items()):
             family.add_metric([namespace], round(usd, 6))
         yield family
 

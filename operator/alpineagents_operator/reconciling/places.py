@@ -128,15 +128,8 @@ class Places:
             self._requeue(namespace, name, 0.0)
 
     def _figures(self) -> tuple[dict[str, int], dict[str, int]]:
-        # Read on the metrics server's thread while the event loop changes the ledger:
-        # a copy taken as a dict changes size is taken again.
         assert self.ledger is not None
-        for _ in range(3):
-            try:
-                return dict(self.ledger.in_use()), dict(self.ledger.queued())
-            except RuntimeError:
-                continue
-        return {}, {}
+        return dict(self.ledger.in_use()), dict(self.ledger.queued())
 
     def run_seen(self, run: AgentRunView, *, gone: bool) -> None:
         """An AgentRun as the watch delivered it."""

@@ -55,11 +55,11 @@ class SpendCaps:
         self._told: set[tuple[str, str]] = set()
         """(namespace, bad annotation value) pairs already said in an Event."""
         if metrics is not None:
-            metrics.watch_spend(self._figures)
+            metrics.watch_spend(self.spend.figures)
 
     def cap(self, namespace: str) -> SpendCap | None:
         """The namespace's cap in force (None: none)."""
-        own = self._own(namespace)
+        own, _ = self._annotated(namespace)
         if own is not None:
             return SpendCap(own, f"its annotation {SPEND_ANNOTATION}")
         if self._chart_cap is not None:
@@ -81,7 +81,7 @@ class SpendCaps:
     async def refresh(self, run: AgentRunView) -> None:
         """Before a step: a bad annotation on the run's namespace is said once, as a
         Warning Event on the run (the namespace's annotations are read by :mod:`.places`)."""
-        problem = self._problem(run.namespace)
+        _, problem = self._annotated(run.namespace)
         if problem is None or (run.namespace, problem) in self._told:
             return
         self._told.add((run.namespace, problem))
@@ -114,39 +114,18 @@ class SpendCaps:
     def _at_cap(self, namespace: str) -> bool:
         return at_cap(self.spend.spent(namespace), self.cap(namespace))
 
-    def _own(self, namespace: str) -> float | None:
+    def _annotated(self, namespace: str) -> tuple[float | None, str | None]:
+        """The namespace's own cap from its annotation, or what is wrong with it."""
         if self._annotations is None:
-            return None
-        try:
-            return parse_spend_cap(
-                self._annotations.annotation(namespace, SPEND_ANNOTATION),
-                f"annotation {SPEND_ANNOTATION} of Namespace {namespace}",
-            )
-        except ValueError:
-            return None
-
-    def _problem(self, namespace: str) -> str | None:
-        if self._annotations is None:
-            return None
+            return None, None
         value = self._annotations.annotation(namespace, SPEND_ANNOTATION)
-        where = f"annotation {SPEND_ANNOTATION} of Namespace {namespace}"
         try:
-            parse_spend_cap(value, where)
+            where = f"annotation {SPEND_ANNOTATION} of Namespace {namespace}"
+            return parse_spend_cap(value, where), None
         except ValueError as error:
             holds = (
                 f"{CHART_VALUE} (${self._chart_cap:.2f}) holds"
                 if self._chart_cap is not None
                 else "no daily spend cap holds"
             )
-            return f"{error}: ignored, {holds}; fix or remove the annotation"
-        return None
-
-    def _figures(self) -> dict[str, float]:
-        # Read on the metrics server's thread while the event loop changes the ledger: a
-        # copy taken as a dict changes size is taken again.
-        for _ in range(3):
-            try:
-                return self.spend.figures()
-            except RuntimeError:
-                continue
-        return {}
+            return None, f"{error}: ignored, {holds}; fix or remove the annotation"
