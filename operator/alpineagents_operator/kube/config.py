@@ -210,6 +210,12 @@ class OperatorConfig:
         )
 
     @property
+    def spend_cap_possible(self) -> bool:
+        """Whether a daily spend cap may be in force: the chart's, or a namespace's own
+        annotation (read only with ``admission.namespaceAnnotations``)."""
+        return self.daily_spend_usd_per_namespace is not None or self.namespace_caps
+
+    @property
     def per_run_credentials(self) -> bool:
         """Whether pods get credentials of their own instead of the store Secret's key."""
         return self.run_credentials == "sts"

@@ -52,7 +52,7 @@ class Places:
             self._namespace_caps = NamespaceCaps(cluster.namespace_annotations)
         self.spend_caps: SpendCaps | None = None
         """None: no daily spend cap can be in force (no chart value, no annotations read)."""
-        if config.daily_spend_usd_per_namespace is not None or self._namespace_caps is not None:
+        if config.spend_cap_possible:
             self.spend_caps = SpendCaps(
                 config.daily_spend_usd_per_namespace,
                 cluster,

@@ -78,7 +78,7 @@ class Retention:
     ) -> None:
         self._enabled = config.retention
         self._default = config.ttl_seconds_after_finished
-        self._spend_cap = config.daily_spend_usd_per_namespace is not None or config.namespace_caps
+        self._spend_cap = config.spend_cap_possible
         """A daily spend cap may be in force: a run is kept until its spend day ends."""
         self._pause = 1.0 / config.deletes_per_second
         self._cluster = cluster
