@@ -244,6 +244,7 @@ _KINDS = {
     "ran in this pod": "its own pod's container had started again",
     "container has terminated": "the holder's container had terminated",
     "container has restarted": "the holder's container had restarted",
+    "waits to start again": "the holder's container had exited and waited in back-off",
     "has ended": "the holder's pod had ended",
     "is gone": "the holder's pod was gone",
     "another pod of that name": "another pod had the holder's pod's name",
@@ -298,4 +299,26 @@ def report(result: NodeFailovers) -> list[str]:
         "got a second pod. Load average (1 min) at the kills: "
         + ", ".join(f"{load[0]:.1f}" for load in result.load)
         + ".",
+        "",
+        *table(
+            ["trial", "Lease taken", "next reconcile", "taken by", "why"],
+            [
+                [
+                    str(n + 1),
+                    f"{taken:.2f} s",
+                    f"{reconcile:.2f} s",
+                    taker,
+                    _kind(reason) if reason else "the lease ran out",
+                ]
+                for n, (taken, reconcile, taker, reason) in enumerate(
+                    zip(
+                        result.lease_taken,
+                        result.next_reconcile,
+                        result.takers,
+                        result.reasons,
+                        strict=True,
+                    )
+                )
+            ],
+        ),
     ]

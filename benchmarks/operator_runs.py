@@ -437,7 +437,7 @@ def measure_live(
                 at.load = load_average()
 
                 with EventLog(plane.api_client(), NAMESPACE, "pods") as events:
-                    step = max(1, size // losses)
+                    step = max(1, size // max(losses, 1))
                     for n in range(losses):
                         run = f"run-{(lost_runs * 7919 + n * step) % size:05d}"
                         at.losses.append(_lose(plane, events, run))

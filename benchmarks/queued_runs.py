@@ -1,6 +1,6 @@
 """The operator with 10,000 AgentRuns queued under a cap (issue 41): its memory and idle
-CPU against its figures with as many running runs (section ``operator-runs``), and how
-soon a freed place goes to the next run in line.
+CPU against its figures with as many running runs, measured beside them in the same pass
+(the ``operator-runs`` live pass at the one size), and how soon a freed place goes to the next run in line.
 
 Part of ``python -m benchmarks`` (section ``queued-runs``). The bench's etcd +
 kube-apiserver only (no node: pods stay Pending), the operator as its own process with
@@ -23,9 +23,7 @@ requests the API server's audit log counts.
 
 from __future__ import annotations
 
-import itertools
 import json
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 from .operator_checks import free_port
 from .operator_runs import (
     CREATORS,
-    LIVE_HEADING,
     SETTLE_POLL,
     chart_settings,
     control_plane,
     create_run,
+    measure_live,
 )
 from .operator_scale import (
     HANDLED,
@@ -58,14 +56,10 @@ if TYPE_CHECKING:
     from .sizes import Sizes
 
 DEADLINE = 1800.0  # a safety net on a busy machine, not a measure
-REFERENCE_SECTION = "operator-runs"
-EARLIER_PAGE = Path("results") / "operator_runs.md"
-"""The ``operator-runs`` section's page from before it had a record (``RESULTS.md``'s
-row for it points there)."""
 MEMORY_SLACK = 1.1
-"""Peak RSS may be up to this factor of the running runs' figure: that figure may be of
-earlier code, and the process's own size (its imports) moves by a few MiB between
-commits, which at small sizes is most of it."""
+"""Peak RSS may be up to this factor of the running runs' figure: two processes of the
+same code differ by a few MiB (where the allocator's arenas fall), which at small sizes is
+most of it."""
 IDLE_CPU_SLACK = (1.25, 0.5)
 """Idle CPU may be up to this factor of the running runs' figure, or this many points
 above it, whichever is more: one idle window on a shared machine varies by that much."""
@@ -233,88 +227,48 @@ def measure(workdir: Path, runs: int, cap: int, idle: float, decisions: int) -> 
 
 # --------------------------------------------------------------------------- the reference
 
-_NUMBER = re.compile(r"[\d,.]+")
 
-
-def _figure(cell: str) -> float:
-    found = _NUMBER.search(cell)
-    if found is None:
-        raise ValueError(f"no figure in {cell!r}")
-    return float(found.group().replace(",", ""))
-
-
-def reference(folder: Path, runs: int) -> Reference | None:
-    """The ``operator-runs`` live pass's figures at ``runs`` (or the next size up, or
-    its largest), from its record, else from its earlier page; None if neither has them.
-
-    ``folder`` is that of ``RESULTS.md``: the figures the page shows are the ones used.
-    """
-    from .record import load
-
-    record = load(folder, REFERENCE_SECTION)
-    if record is not None:
-        lines = next((d for d in record.details if d and d[0] == LIVE_HEADING), [])
-        source = f"the {REFERENCE_SECTION} record of {record.provenance.date}"
-    else:
-        page = folder / EARLIER_PAGE
-        text = page.read_text(encoding="utf-8") if page.exists() else ""
-        lines = text.split(LIVE_HEADING, 1)[1].splitlines() if LIVE_HEADING in text else []
-        source = f"{EARLIER_PAGE} (the {REFERENCE_SECTION} row's page)"
-    start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
-    table = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
-    if len(table) < 3:
-        return None
-    head = [cell.strip() for cell in table[0].strip("|").split("|")]
-    try:
-        columns = [head.index(c) for c in ("runs", "RSS after idle (peak)", "idle CPU")]
-    except ValueError:
-        return None
-    rows = []
-    for line in table[2:]:
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        size, rss, cpu = (cells[c] for c in columns)
-        peak = rss.split("(", 1)[1] if "(" in rss else rss
-        rows.append(
-            Reference(int(_figure(size)), _figure(rss), _figure(peak), _figure(cpu), source)
-        )
-    rows.sort(key=lambda r: r.runs)
-    return next((r for r in rows if r.runs >= runs), rows[-1])
+def running_reference(workdir: Path, runs: int, idle: float) -> Reference:
+    """The same operator with as many runs running, measured in this pass beside the queued
+    one (the ``operator-runs`` live pass at the one size, on its own fresh plane): the
+    two figures are of the same code on the same machine within minutes."""
+    (at,) = measure_live(workdir, [runs], idle, losses=0)
+    return Reference(
+        runs,
+        at.rss_idle_mib,
+        at.peak_mib,
+        at.idle_cpu / at.idle_seconds * 100,
+        f"{runs:,} runs created while the operator ran, all with a pod (the operator-runs "
+        "live pass at this one size), measured just before the queued ones in this pass",
+    )
 
 
 # --------------------------------------------------------------------------- the page
 
 
-def judged(queued: Queued, ref: Reference | None) -> tuple[str, str, bool]:
+def judged(queued: Queued, ref: Reference) -> tuple[str, str, bool]:
     """The row's figures, its goal, and whether they meet it."""
     from .measure import percentile
-    from .operator_runs import PEAK_GOAL_MIB
 
     d = queued.decisions
+    factor, points = IDLE_CPU_SLACK
+    cpu_limit = max(ref.idle_percent * factor, ref.idle_percent + points)
     figures = (
         f"peak RSS {queued.peak_mib:.0f} MiB (after idle {queued.rss_idle_mib:.0f}), idle CPU "
-        f"{queued.idle_percent:.1f} %, {queued.idle_rate:.2f} requests/s"
+        f"{queued.idle_percent:.1f} %, {queued.idle_rate:.2f} requests/s (with {ref.runs:,} "
+        f"running, this pass: peak {ref.peak_mib:.0f} MiB, idle CPU {ref.idle_percent:.1f} %)"
     )
-    in_order = not queued.out_of_order and len(d) > 0
-    if ref is None:
-        goal = f"peak RSS under {PEAK_GOAL_MIB:.0f} MiB; each freed place to the first in line"
-        met = queued.peak_mib < PEAK_GOAL_MIB and in_order
-    else:
-        factor, points = IDLE_CPU_SLACK
-        cpu_limit = max(ref.idle_percent * factor, ref.idle_percent + points)
-        figures += (
-            f" (with {ref.runs:,} running: peak {ref.peak_mib:.0f} MiB, idle CPU "
-            f"{ref.idle_percent:.1f} %)"
-        )
-        goal = (
-            f"within the figures for as many running runs ({REFERENCE_SECTION}): peak RSS "
-            f"at most {MEMORY_SLACK:g}x theirs, idle CPU at most {factor:g}x theirs or "
-            f"{points:g} points more; each freed place to the first in line"
-        )
-        met = (
-            queued.peak_mib <= ref.peak_mib * MEMORY_SLACK
-            and queued.idle_percent <= cpu_limit
-            and in_order
-        )
+    goal = (
+        f"within the figures for as many running runs, measured beside them: peak RSS at "
+        f"most {MEMORY_SLACK:g}x theirs, idle CPU at most {factor:g}x theirs or {points:g} "
+        "points more; each freed place to the first in line"
+    )
+    met = (
+        queued.peak_mib <= ref.peak_mib * MEMORY_SLACK
+        and queued.idle_percent <= cpu_limit
+        and not queued.out_of_order
+        and len(d) > 0
+    )
     if d:
         figures += (
             f"; a freed place → the next run's pod p50 {percentile(d, 0.5):.2f} s, p95 "
@@ -328,7 +282,7 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
     """The operator with ``sizes.queued_runs`` AgentRuns, all but a few queued."""
     from .measure import percentile
     from .results_page import Row, table
-    from .sizes import ORDER, REPO
+    from .sizes import ORDER
 
     del repeats, postgres
     page.order = ORDER
@@ -337,9 +291,9 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
         f"operator with {n:,} AgentRuns queued under a cap (issue 41): memory, idle CPU, "
         "the time of an admission decision"
     )
-    ref = reference(REPO / "benchmarks", n)
     idle = sizes.operator_idle or 3 * RESYNC_SECONDS
     try:
+        ref = running_reference(work / "running", n, idle)
         queued = measure(work / "queued", n, cap, idle, min(sizes.operator_losses, n - cap))
     except PlaneUnavailable as error:
         page.rows["queued-runs"] = Row(what, "-", "within the running runs' figures", None)
@@ -392,11 +346,6 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
             "would), one at a time, → the next run's pod ADDED on a watch held here; the "
             f"run admitted checked against the line (out of order: "
             f"{', '.join(queued.out_of_order) or 'none'}). Compared with: "
-            + (
-                f"{ref.source}, the live pass at {ref.runs:,} runs"
-                if ref is not None
-                else f"no {REFERENCE_SECTION} figures (neither its record nor its page)"
-            )
-            + ". One pass; the machine is shared.",
+            + f"{ref.source}. One pass each; the machine is shared.",
         ]
     )

@@ -57,7 +57,9 @@ def _pod(plane: ControlPlane, namespace: str, name: str) -> None:
     plane.kubectl("create", "-f", "-", input=json.dumps(body))
 
 
-def _report(plane: ControlPlane, namespace: str, pod: str, restarts: int, state: Any) -> None:
+def _report(
+    plane: ControlPlane, namespace: str, pod: str, restarts: int, state: Any, last: Any = None
+) -> None:
     """Write the pod's container status as the kubelet would."""
     status = {
         "phase": "Running",
@@ -69,6 +71,7 @@ def _report(plane: ControlPlane, namespace: str, pod: str, restarts: int, state:
                 "ready": "running" in state,
                 "restartCount": restarts,
                 "state": state,
+                "lastState": last or {},
             }
         ],
     }
@@ -96,6 +99,10 @@ TERMINATED = {
         "finishedAt": "2026-12-07T05:01:00Z",
     }
 }
+
+
+BACK_OFF = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}}
+CREATING = {"waiting": {"reason": "ContainerCreating"}}
 
 
 def test_a_standby_takes_the_lease_once_the_holders_container_has_died(
@@ -155,6 +162,8 @@ def test_the_holders_pod_says_when_it_is_dead_and_nothing_else_does(
     holder = "op-a_2222"
 
     assert liveness.dead(holder) == ""  # Pending, no container yet: nothing proved
+    _report(control_plane, namespace, "op-a", 0, CREATING)
+    assert liveness.dead(holder) == ""  # waiting, but never ran: nothing proved either
     _report(control_plane, namespace, "op-a", 0, RUNNING)
     assert liveness.dead(holder) == ""
     _report(control_plane, namespace, "op-a", 1, RUNNING)  # restarted since first seen
@@ -162,6 +171,10 @@ def test_the_holders_pod_says_when_it_is_dead_and_nothing_else_does(
 
     liveness.forget(holder)
     assert liveness.dead(holder) == ""  # seen afresh: the restarted container may hold it
+    # Crashed again: the kubelet holds it back (crash-loop back-off) before a restart, so
+    # the restart count has not grown yet, but no process of that container is left.
+    _report(control_plane, namespace, "op-a", 1, BACK_OFF, last=TERMINATED)
+    assert "waits to start again (CrashLoopBackOff)" in liveness.dead(holder)
     _report(control_plane, namespace, "op-a", 1, TERMINATED)
     assert "terminated" in liveness.dead(holder)
 

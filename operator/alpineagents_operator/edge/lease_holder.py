@@ -9,8 +9,9 @@ holds the Lease is therefore dead, and cannot act again, when:
   container again only after the one before it exited;
 - its pod is gone (deleted and finalized: the kubelet reported its containers stopped), or
   is another pod of the same name (another uid), or has ended (phase Failed or Succeeded);
-- its container has terminated, or restarted since the standby first saw that holder (the
-  restart count grew): the holder's process was in the container that ran before.
+- its container has terminated, or waits to start again after it exited (the kubelet's
+  crash-loop back-off), or restarted since the standby first saw that holder (the restart
+  count grew): the holder's process was in the container that ran before.
 
 The kubelet reports a container's death within a second or two. Anything else (a pod not
 Ready, a node not answering, a pod being deleted, whose leader hands the Lease back on
@@ -77,8 +78,15 @@ class HolderLiveness:
             return f"its pod {name} is another pod of that name now"
         if container is None:
             return ""
-        if "terminated" in (container.get("state") or {}):
+        state = container.get("state") or {}
+        if "terminated" in state:
             return f"its pod {name}'s container has terminated"
+        if "waiting" in state and "terminated" in (container.get("lastState") or {}):
+            # The kubelet's back-off before it starts a crashed container again (10 s
+            # after a second crash, then longer): the restart count grows only when it
+            # starts, so without this a standby would wait out the back-off.
+            reason = (state.get("waiting") or {}).get("reason") or "waiting"
+            return f"its pod {name}'s container has exited and waits to start again ({reason})"
         if restarts > first[1]:
             return f"its pod {name}'s container has restarted"
         return ""
