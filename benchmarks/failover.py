@@ -237,33 +237,39 @@ def section(page: Page, work: Path, repeats: int, sizes: Sizes, postgres: str | 
     del repeats, postgres
     page.order = ORDER
     what = (
-        "operator failover, control plane only (replicas as processes, no pods: the Lease "
-        "runs out, as after a node's loss): leader SIGKILLed → the standby's next reconcile "
-        "(p50 / p95)"
+        "operator failover, control plane only (replicas as processes, no pods: nothing says "
+        "the leader died, as when it is lost with its node, so the Lease runs out): leader "
+        "SIGKILLed → the standby's next reconcile; leader SIGTERMed (a drain, an upgrade: it "
+        "hands the Lease back) → the same (p50 / p95)"
+    )
+    goal = (
+        "SIGKILLed: p95 under the lease + retry + 5 s (the takeover's own goal of 5 s "
+        "after the Lease can first be taken; a crash the kubelet reports is the "
+        "failover-node row, under 5 s); SIGTERMed: p95 under 5 s"
     )
     try:
         result = measure(work, sizes.failover_trials, sizes.failover_runs)
     except Exception as error:  # the control plane's binaries are missing
-        page.rows["failover"] = Row(what, "-", "p95 under 5 s", None)
+        page.rows["failover"] = Row(what, "-", goal, None)
         page.not_measured.append(f"Operator failover: {error}")
         return
     from .measure import percentile
 
     times = result.killed.next_reconcile
-    p95 = percentile(times, 0.95)
+    stops = result.stopped.next_reconcile
     t = result.timing
+    bound = t.lease_seconds + t.retry_seconds + 5.0
     page.rows["failover"] = Row(
         what,
-        f"{percentile(times, 0.5):.1f} s / {p95:.1f} s (Lease taken "
-        f"{percentile(result.killed.lease_taken, 0.5):.1f} / "
-        f"{percentile(result.killed.lease_taken, 0.95):.1f} s); a SIGTERMed leader: "
-        f"{percentile(result.stopped.next_reconcile, 0.5):.1f} / "
-        f"{percentile(result.stopped.next_reconcile, 0.95):.1f} s; "
+        f"SIGKILLed: {percentile(times, 0.5):.1f} / {percentile(times, 0.95):.1f} s (Lease "
+        f"taken {percentile(result.killed.lease_taken, 0.5):.1f} / "
+        f"{percentile(result.killed.lease_taken, 0.95):.1f} s; the bound {bound:g} s); "
+        f"SIGTERMed: {percentile(stops, 0.5):.1f} / {percentile(stops, 0.95):.1f} s; "
         f"{result.pods} pods for {result.runs + result.new_runs} runs",
-        "p95 under 5 s",
-        p95 < 5.0,
-        f"{len(times)} kills, {len(result.stopped.next_reconcile)} stops",
-        judged_over=len(times),
+        goal,
+        percentile(times, 0.95) < bound and percentile(stops, 0.95) < 5.0,
+        f"{len(times)} kills, {len(stops)} stops",
+        judged_over=min(len(times), len(stops)),
         setting=f"the chart's Lease {t.lease_seconds} / {t.renew_deadline_seconds:g} / "
         f"{t.retry_seconds:g} s; the bench's control plane, replicas as processes, no node",
     )
