@@ -5,6 +5,8 @@ Used by ``tests/operator/test_kueue_fair_share.py`` (20 runs a team, the issue's
 
 - :func:`queue_objects`: one ClusterQueue with admission fair sharing and a LocalQueue
   in each namespace (see its docstring for why this and not a cohort of two);
+  :func:`teams_on_one_queue`: two such namespaces made, with an operator admitting their
+  labelled runs through Kueue (also for ``tests/operator/test_spend_cap_with_kueue.py``);
 - :class:`PodEnds`: plays the kubelet: each run pod ends (exit 0, the runner's report)
   a while after it was created;
 - :func:`judge`: from the watches' events, whether any pod was created before its run's
@@ -14,14 +16,23 @@ Used by ``tests/operator/test_kueue_fair_share.py`` (20 runs a team, the issue's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from tests.bench.operator_process import Event, EventLog, run_label
+from tests.bench.operator_process import (
+    Event,
+    EventLog,
+    OperatorProcess,
+    operator_in_namespace,
+    run_label,
+)
 
 QUEUE = "agents"
 RUN_CPU = 1
@@ -98,6 +109,44 @@ def queue_objects(namespaces: Sequence[str], runs_at_once: int, tag: str) -> lis
             for namespace in namespaces
         ),
     ]
+
+
+def created(plane: Any, *objects: JSON) -> None:
+    """Create ``objects`` on the bench's kube-apiserver, in one request."""
+    listed = {"kind": "List", "apiVersion": "v1", "items": list(objects)}
+    plane.kubectl("create", "-f", "-", input=json.dumps(listed))
+
+
+@contextlib.contextmanager
+def teams_on_one_queue(
+    plane: Any, directory: Path, prefix: str, runs_at_once: int
+) -> Iterator[tuple[list[str], OperatorProcess]]:
+    """Two fresh namespaces with their LocalQueues ``QUEUE`` on one ClusterQueue holding
+    ``runs_at_once`` runs (:func:`queue_objects`), and an operator (not started) watching
+    both, admitting their labelled runs through Kueue; the queues and namespaces go
+    afterwards."""
+    with operator_in_namespace(plane, directory, prefix) as (first, _, operator):
+        second = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        plane.kubectl("create", "namespace", second)
+        namespaces = [first, second]
+        operator.env["ALPINEAGENTS_KUEUE"] = "true"
+        operator.env["ALPINEAGENTS_NAMESPACES"] = ",".join(namespaces)
+        tag = first
+        objects = queue_objects(namespaces, runs_at_once, tag)
+        created(plane, *objects)
+        try:
+            yield namespaces, operator
+        finally:
+            cluster_queues = [o["metadata"]["name"] for o in objects if o["kind"] == "ClusterQueue"]
+            plane.kubectl(
+                "delete", "clusterqueues.kueue.x-k8s.io", *cluster_queues, "--wait=false",
+                check=False,
+            )  # fmt: skip
+            plane.kubectl(
+                "delete", "resourceflavors.kueue.x-k8s.io", f"flavor-{tag}", "--wait=false",
+                check=False,
+            )  # fmt: skip
+            plane.kubectl("delete", "namespace", second, "--wait=false", check=False)
 
 
 def wait_sampled(plane: Any, namespaces: Sequence[str]) -> None:
@@ -184,10 +233,14 @@ class PodEnds:
             self.failures.append(f"{namespace}/{pod}: {error}")
 
 
-def answered_pod_status() -> dict[str, Any]:
+def answered_pod_status(cost_usd: float | None = None) -> dict[str, Any]:
     """A pod's end as its kubelet writes it: exit 0 with the runner's report of an answer
-    (for planes with no node, where the test ends the pods)."""
-    report = json.dumps({"outcome": "answered", "answer": "done"})
+    (for planes with no node, where the test ends the pods), and of what the run cost
+    when ``cost_usd`` is given (the operator writes it into ``status.costUSD``)."""
+    answered: JSON = {"outcome": "answered", "answer": "done"}
+    if cost_usd is not None:
+        answered["costUSD"] = cost_usd
+    report = json.dumps(answered)
     terminated = {"exitCode": 0, "reason": "Completed", "message": report}
     return {
         "status": {
@@ -206,12 +259,15 @@ def answered_pod_status() -> dict[str, Any]:
     }
 
 
-def _condition(event: Event, kind: str) -> bool:
+def condition_true(event: Event, kind: str) -> bool:
+    """Whether the object of ``event`` (a Workload) has condition ``kind`` True."""
     conditions = (event.object.get("status") or {}).get("conditions") or []
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
 
 
-def _version(event: Event) -> int:
+def resource_version(event: Event) -> int:
+    """The object's resourceVersion: the one etcd's revision of the write the event
+    tells of (on the bench, every write of every kind takes one in order)."""
     return int(event.object["metadata"]["resourceVersion"])
 
 
@@ -261,15 +317,15 @@ def judge(pods: Mapping[str, EventLog], workloads: Mapping[str, EventLog]) -> Ve
         for event in log.events:
             name = event.name
             held = holds.get(name)
-            if held is None and event.type != "DELETED" and _condition(event, "Admitted"):
+            if held is None and event.type != "DELETED" and condition_true(event, "Admitted"):
                 run = str(
                     (event.object["metadata"].get("labels") or {}).get("alpineagents.dev/run")
                 )
-                holds[name] = Held(namespace, run, event.at, _version(event))
+                holds[name] = Held(namespace, run, event.at, resource_version(event))
             elif (
                 held is not None
                 and held.released_at is None
-                and (event.type == "DELETED" or _condition(event, "Finished"))
+                and (event.type == "DELETED" or condition_true(event, "Finished"))
             ):
                 held.released_at = event.at
     by_run = {(h.namespace, h.run): h for h in holds.values()}
@@ -278,7 +334,7 @@ def judge(pods: Mapping[str, EventLog], workloads: Mapping[str, EventLog]) -> Ve
             if event.type != "ADDED":
                 continue
             held = by_run.get((namespace, run_label(event)))
-            if held is None or held.admitted_version >= _version(event):
+            if held is None or held.admitted_version >= resource_version(event):
                 verdict.pods_before_admission.append(f"{namespace}/{event.name}")
     for namespace in workloads:
         verdict.admitted[namespace] = sum(1 for h in holds.values() if h.namespace == namespace)

@@ -16,8 +16,6 @@ About 40 s for the issue's 20 runs a team, most of it the runs taking their turn
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -28,12 +26,13 @@ from tests.bench.control_plane import ControlPlane
 from tests.bench.kueue_controller import Kueue
 from tests.bench.kueue_fair_share import (
     PodEnds,
+    created,
     judge,
-    queue_objects,
     queued_run,
+    teams_on_one_queue,
     wait_sampled,
 )
-from tests.bench.operator_process import Event, EventLog, OperatorProcess, operator_in_namespace
+from tests.bench.operator_process import Event, EventLog, OperatorProcess
 
 RUNS = 20
 """Runs a team: the issue's size. Fewer leave the split to the first turns of the
@@ -42,11 +41,6 @@ AT_ONCE = 5
 """Runs the quota holds at once."""
 HOLD = 2.0
 """Seconds a pod runs, on average."""
-
-
-def created(plane: ControlPlane, *objects: dict[str, object]) -> None:
-    listed = {"kind": "List", "apiVersion": "v1", "items": list(objects)}
-    plane.kubectl("create", "-f", "-", input=json.dumps(listed))
 
 
 def succeeded(run: str) -> Callable[[Event], bool]:
@@ -61,28 +55,8 @@ def two_teams(
 ) -> Iterator[tuple[list[str], OperatorProcess]]:
     """Two namespaces with their LocalQueues on one ClusterQueue, and an operator (not
     started) watching both."""
-    with operator_in_namespace(control_plane, tmp_path, "share") as (first, _, operator):
-        second = f"share-{uuid.uuid4().hex[:6]}"
-        control_plane.kubectl("create", "namespace", second)
-        namespaces = [first, second]
-        operator.env["ALPINEAGENTS_KUEUE"] = "true"
-        operator.env["ALPINEAGENTS_NAMESPACES"] = ",".join(namespaces)
-        tag = first
-        objects = queue_objects(namespaces, AT_ONCE, tag)
-        created(control_plane, *objects)
-        try:
-            yield namespaces, operator
-        finally:
-            cluster_queues = [o["metadata"]["name"] for o in objects if o["kind"] == "ClusterQueue"]
-            control_plane.kubectl(
-                "delete", "clusterqueues.kueue.x-k8s.io", *cluster_queues, "--wait=false",
-                check=False,
-            )  # fmt: skip
-            control_plane.kubectl(
-                "delete", "resourceflavors.kueue.x-k8s.io", f"flavor-{tag}", "--wait=false",
-                check=False,
-            )  # fmt: skip
-            control_plane.kubectl("delete", "namespace", second, "--wait=false", check=False)
+    with teams_on_one_queue(control_plane, tmp_path, "share", AT_ONCE) as teams:
+        yield teams
 
 
 def test_two_teams_share_the_quota_evenly_and_no_pod_comes_before_admission(
