@@ -148,6 +148,11 @@ def test_a_run_held_at_the_spend_cap_gives_its_kueue_quota_to_another_team_and_t
         wait_for_queue(plane, capped, reserving=0, admitted=0)
         wait_for_queue(plane, other, reserving=AT_ONCE, admitted=AT_ONCE)
 
+        # A run applied at the cap waits for the cap alone: it asks Kueue for nothing.
+        created(plane, queued_run(capped, "seventh"))
+        runs[capped].wait_for(phase_is("seventh", "Queued", SPEND_REASON))
+        plane.kubectl("delete", "agentrun", "seventh", "-n", capped)
+
         # The cap raised while the other team holds the quota: the sixth queues in Kueue
         # again, and is admitted once one of the other team's runs ends.
         raised = plane.kubectl(
@@ -158,6 +163,8 @@ def test_a_run_held_at_the_spend_cap_gives_its_kueue_quota_to_another_team_and_t
         again = workloads[capped].wait_for(
             lambda e: workload_of("sixth", "ADDED")(e) and resource_version(e) > raised_at
         )
+        # (One watch delivers in etcd's order: a Workload the seventh had would be here.)
+        assert not [e for e in workloads[capped].events if workload_of("seventh", "ADDED")(e)]
         waiting = phase_is("sixth", "Queued", WAITING_REASON)
         runs[capped].wait_for(lambda e: waiting(e) and resource_version(e) > raised_at)
         for name in ("other-1", "other-2"):

@@ -31,7 +31,6 @@ from typing import Any
 
 from alpineagents_operator.kube.admission import NO_PLACE, Verdict
 from alpineagents_operator.kube.config import OperatorConfig
-from alpineagents_operator.kube.daily_spend import held_by_spend
 from alpineagents_operator.kube.kueue_workloads import (
     GROUP,
     PLURAL,
@@ -217,8 +216,10 @@ class KueueAdmission:
         state = self._states.get((run.namespace, run.name), WorkloadState())
         return verdict_for(run, state)
 
-    async def refresh(self, run: AgentRunView) -> None:
-        """Bring the run's Workload in line with the run, and read its state."""
+    async def refresh(self, run: AgentRunView, *, spend_held: bool = False) -> None:
+        """Bring the run's Workload in line with the run, and read its state.
+        ``spend_held``: the daily spend cap holds the run now (its verdict, not the
+        run's status, which still says so for a step after the cap is raised)."""
         if not run.queue_name or not await self._is_served():
             return
         self._watch(run.namespace)
@@ -235,9 +236,10 @@ class KueueAdmission:
                 await asyncio.to_thread(self._api.patch_status, run.namespace, name, patch)
             self._states.pop(key, None)
             return
-        if phase in NO_PLACE or held_by_spend(run):
+        if phase in NO_PLACE or spend_held:
             # Waiting for approval, suspended or held by the daily spend cap: no quota once
-            # no pod runs (a new Workload queues when it may go on).
+            # no pod runs (a new Workload queues when it may go on), and none asked for
+            # by a run applied at the cap.
             if body is not None and not await self._pod_alive(run):
                 await asyncio.to_thread(self._api.delete, run.namespace, name)
             self._states.pop(key, None)

@@ -78,7 +78,8 @@ class Places:
         if self.spend_caps is not None:
             await self.spend_caps.refresh(run)
         if self.kueue is not None:
-            await self.kueue.refresh(run)
+            held = self.spend_caps is not None and self.spend_caps.verdict(run) is not None
+            await self.kueue.refresh(run, spend_held=held)
 
     def verdict(self, run: AgentRunView) -> Verdict | None:
         """Whether ``run`` may start a pod now (None: no caps); takes nothing."""
