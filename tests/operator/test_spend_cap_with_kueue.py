@@ -10,9 +10,12 @@ of the capped namespace's runs end, then the fifth ends while the sixth holds th
 place: the namespace is at its cap, so the sixth is ``Queued`` (``DailySpendCap``), its
 pod taken back and its Workload deleted, and Kueue's own figures show its namespace
 holding no quota. The place it gave back goes to the second namespace: both of its
-waiting runs are admitted and get their pods. Raising the annotation makes the sixth a
-Workload again, which Kueue admits once a place frees; its pod comes only after that
-admission (the watches' events ordered by the one etcd's revisions), and it succeeds.
+waiting runs are admitted and get their pods. A run applied at the cap asks Kueue for
+nothing (no Workload). Raising the annotation makes the sixth a Workload again, which
+Kueue admits once a place frees; its pod comes only after that admission (the watches'
+events ordered by the one etcd's revisions), and it succeeds.
+
+About 40 s.
 """
 
 from __future__ import annotations
@@ -65,6 +68,15 @@ def teams(
 def workload_of(run: str, kind: str) -> Callable[[Event], bool]:
     """Matches a watch event of type ``kind`` of ``run``'s Workload."""
     return lambda event: event.type == kind and run_label(event) == run
+
+
+def deleted_workload_of(run: str) -> Callable[[Event], bool]:
+    """Matches the first sign of ``run``'s Workload being deleted (its deletion
+    timestamp set, or it gone)."""
+    return lambda event: (
+        run_label(event) == run
+        and (event.type == "DELETED" or bool(event.object["metadata"].get("deletionTimestamp")))
+    )
 
 
 def admitted(run: str) -> Callable[[Event], bool]:
@@ -136,7 +148,7 @@ def test_a_run_held_at_the_spend_cap_gives_its_kueue_quota_to_another_team_and_t
             f"daily spend cap: namespace {capped} spent $0.05 of its $0.05 on "
         ), held.object["status"]
         pods[capped].wait_for(lambda e: e.type == "DELETED" and e.name == "sixth-1")
-        gone = workloads[capped].wait_for(workload_of("sixth", "DELETED"))
+        gone = workloads[capped].wait_for(deleted_workload_of("sixth"))
         # The place it gave back, and the fifth's, go to the other team: both admitted.
         second_admitted = max(
             resource_version(workloads[other].wait_for(admitted(name)))
