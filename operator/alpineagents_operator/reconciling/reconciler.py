@@ -419,6 +419,8 @@ class Reconciler:
         view = AgentRunView.from_body(body)
         if self.watched is not None:
             self.watched.run_seen(view, gone=gone)
+        if gone:
+            self.triage.run_gone((view.namespace, view.name))
         self.places.run_seen(view, gone=gone)
         self.notifier.run_seen(view, gone=gone)
         self.retention.run_seen(view, gone=gone)

@@ -11,6 +11,7 @@ do; the watch event of whatever changed since brings its own step.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from alpineagents_operator.credentials.credential_issuer import RunCredentialIssuer
@@ -49,6 +50,7 @@ class Triage:
         self._failing = failing
         self._requeue = requeue
         self._admission = admission
+        self._settled: dict[RunKey, _Settled] = {}
 
     def step_needed(self, run: AgentRunView, pods: Sequence[PodView], source: str) -> bool:
         """Whether a reconcile step of ``run`` would change something, judged from ``run``
@@ -98,16 +100,25 @@ class Triage:
             return False
         return gone or pod.deleting or pod.finished
 
+    def run_gone(self, key: RunKey) -> None:
+        """The run was deleted: forget its last judgement."""
+        self._settled.pop(key, None)
+
     def _step_needed(self, run: AgentRunView, pods: Sequence[PodView]) -> bool:
         key = (run.namespace, run.name)
         if self._failing(key) or self._credentials.renewal_due(run, pods):
             return True
+        verdict = self._admission(run)
+        settled = self._settled.get(key)
+        if settled is not None and settled.same(run, pods, verdict):
+            return False
+        self._settled.pop(key, None)
         refusal = run_refusal(run, self._config)
         now = self._clock()
         if refusal is not None:
             decision = refused(run, run.status.attempt + 1, refusal, now)
         else:
-            decision = decide(run, pods, None, now, self._admission(run))
+            decision = decide(run, pods, None, now, verdict)
         if decision.acts or decision.needs_saved:
             return True
         phase = run.status.phase
@@ -115,4 +126,27 @@ class Triage:
         self._metrics.record_run(*key, run.spec, run.status.raw)
         if decision.requeue_after is not None and decision.requeue_after > 0:
             self._requeue(*key, decision.requeue_after)
+        else:
+            self._settled[key] = _Settled(run, tuple(pods), verdict)
         return False
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """A run judged to need no step, with no time set to judge it again: until its view,
+    its pods' views or its admission verdict change, it is judged the same. The watches
+    replace a view with a new object at each event, so the same objects are the same
+    run as it was judged (idle runs by the ten thousand, queued or ended, then cost a
+    look-up at each resync instead of a decision each)."""
+
+    run: AgentRunView
+    pods: tuple[PodView, ...]
+    verdict: Verdict | None
+
+    def same(self, run: AgentRunView, pods: Sequence[PodView], verdict: Verdict | None) -> bool:
+        return (
+            run is self.run
+            and len(pods) == len(self.pods)
+            and all(a is b for a, b in zip(pods, self.pods, strict=True))
+            and verdict == self.verdict
+        )
