@@ -727,7 +727,9 @@ def main(argv: list[str] | None = None) -> int:
     from .results_page import Page
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.resume_latency")
-    parser.add_argument("--singles", type=int, default=10, help="rounds of one loss (10)")
+    parser.add_argument(
+        "--singles", type=int, default=Sizes.resume_singles, help="rounds of one loss (20)"
+    )
     parser.add_argument("--burst", type=int, default=30, help="pods lost at once (30)")
     parser.add_argument("--bursts", type=int, default=1, help="rounds of a burst (1)")
     parser.add_argument("--out", type=Path, required=True, help="where to write the page")

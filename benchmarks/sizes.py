@@ -122,7 +122,7 @@ class Sizes:
     slowest: int = 3_000  # MinioStore's slowest save
     cli_states: int = 20
     cli_runs: int = 20  # runs of each command started, a latency goal's samples
-    resume_singles: int = 10  # rounds of one pod lost on the real node
+    resume_singles: int = 20  # rounds of one pod lost on the real node: a latency goal's samples
     resume_burst: int = 30  # pods lost at once
     resume_bursts: int = 1  # rounds of a burst
     operator_runs: int = 1_000  # AgentRuns existing for the operator-scale figures

@@ -58,8 +58,6 @@ DEADLINE_SECONDS = 25
 the run it waited for can end (its minute - 60 s + 90 s at the earliest), so it is never
 started late; and it leaves the new operator 25 s to take over at the time after the
 upgrade."""
-LEAD_SECONDS = 15
-"""The least time between the schedule's creation and its first time."""
 SETTINGS = {"schedules": {"enabled": True}, "notifications": {"enabled": True}}
 UPGRADED = {**SETTINGS, "notifications": {"enabled": True, "backoffSeconds": 1}}
 """The upgrade in the middle: another setting, so the operator's pod is replaced."""
@@ -139,14 +137,15 @@ def test_every_minute_with_forbid_through_a_helm_upgrade(node_env: Environment, 
         upgrade_release(env, helm, SETTINGS)
         env.kubectl("create", "secret", "generic", secret, f"--from-literal=token={token}")
         with HttpSink(host=TEST_SERVERS_ADDRESS) as sink:
-            now = datetime.now(UTC)
-            first = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
-            if (first - now).total_seconds() < LEAD_SECONDS:
-                first += timedelta(minutes=1)
+            manifest = json.dumps(_schedule(name, sink.url, secret))
+            applied = env.kubectl("apply", "-f", "-", "-o", "json", input=manifest)
+            # T0 is the first minute after the schedule's creationTimestamp (whole seconds,
+            # as the operator reads it), however close to a minute the apply landed.
+            created = _stamp(json.loads(applied.stdout)["metadata"]["creationTimestamp"])
+            first = created.replace(second=0) + timedelta(minutes=1)
             times = [first + timedelta(minutes=k) for k in range(TIMES)]
             ran, skipped = [times[0], times[2]], [times[1], times[3]]
             names = [run_name(name, moment) for moment in ran]
-            env.kubectl("apply", "-f", "-", input=json.dumps(_schedule(name, sink.url, secret)))
             lead = (first - _note(f"schedule {name} created, T0 = {first:%H:%M}")).total_seconds()
 
             # T0 runs; T1 is skipped while it does.
