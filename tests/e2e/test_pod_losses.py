@@ -31,6 +31,7 @@ from tests.e2e.environment import (
     in_phase,
     run_pods,
     status,
+    wait_for_event,
     wait_for_run,
     wait_phase,
 )
@@ -43,8 +44,11 @@ def run_name() -> str:
     return f"r-{uuid.uuid4().hex[:6]}"
 
 
-def event_reasons(env: Environment, name: str) -> dict[str, str]:
-    """The AgentRun's Events: reason -> message (the last of each reason)."""
+def event_reasons(env: Environment, name: str, *awaited: str) -> dict[str, str]:
+    """The AgentRun's Events: reason -> message (one of each reason), once there is one of
+    each ``awaited`` reason (the operator posts a step's Events after its status)."""
+    for reason in awaited:
+        wait_for_event(env, name, reason, "")
     listing = env.kubectl(
         "get", "events", f"--field-selector=involvedObject.name={name}", "-o", "json"
     )
@@ -107,7 +111,7 @@ def test_a_run_applied_with_kubectl_succeeds_with_its_answer_in_status(
     node_env.kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", f"pod/{name}-1")
     row = node_env.kubectl("get", "agentrun", name).stdout.splitlines()[1]
     assert row.split()[1:3] == ["Succeeded", "1"]
-    assert {"PodCreated", "Succeeded"} <= set(event_reasons(node_env, name))
+    assert {"PodCreated", "Succeeded"} <= set(event_reasons(node_env, name, "Succeeded"))
 
 
 def test_a_pod_deleted_mid_tool_is_replaced_at_once_and_the_call_is_not_run_again(
@@ -127,7 +131,7 @@ def test_a_pod_deleted_mid_tool_is_replaced_at_once_and_the_call_is_not_run_agai
     stops = [e["data"] for e in node_env.history(done["stateId"]) or [] if e["kind"] == "stop"]
     assert [s["reason"] for s in stops] == ["interrupted", "answered"], stops
     assert "SystemExit" in stops[0]["error"], stops
-    events = event_reasons(node_env, name)
+    events = event_reasons(node_env, name, "PodLost", "Resumed")
     # Which the operator saw first depends on the machine's load: the pod terminating
     # (then it waited for the stop save) or already stopped by the SIGTERM.
     lost = events["PodLost"]
@@ -217,7 +221,8 @@ def test_a_pod_deleted_every_second_is_slowed_down_and_the_status_says_why(
         assert slowed["phase"] == "Interrupted" and slowed["disruptions"] > 10, slowed
         assert "disruptions in a row, each within 60 s" in slowed["message"], slowed
         assert not slowed.get("restarts"), slowed
-        assert "DisruptionBackoff" in event_reasons(node_env, name)
+        # The step's Events are posted after its status: awaited, not looked up.
+        wait_for_event(node_env, name, "DisruptionBackoff", "the next pod waits")
         finishing.set()
         gate.release(name)
         done = wait_phase(node_env, name, "Succeeded")
@@ -242,7 +247,7 @@ def test_a_pod_oom_killed_by_its_memory_limit_resumes_and_the_call_is_closed_unk
     [container] = lost["status"]["containerStatuses"]
     terminated = container["state"]["terminated"]
     assert terminated["reason"] == "OOMKilled" and terminated["exitCode"] == 137, terminated
-    assert "OOM-killed" in event_reasons(node_env, name)["PodLost"]
+    assert "OOM-killed" in event_reasons(node_env, name, "PodLost")["PodLost"]
 
 
 def test_the_operators_pod_deleted_mid_run_comes_back_without_a_second_pod(
@@ -307,7 +312,7 @@ def test_suspend_stops_the_pod_gracefully_and_resume_continues(
     done = wait_phase(node_env, name, "Succeeded")
     assert done["attempt"] == 2 and done.get("restarts", 0) == 0  # a suspension is no loss
     assert gate.starts(name) == 1
-    assert "Suspended" in event_reasons(node_env, name)
+    assert "Suspended" in event_reasons(node_env, name, "Suspended")
 
 
 def test_an_approval_round_trip_through_spec_approvals(

@@ -5,6 +5,7 @@ is in test_every_provider.py."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,6 +116,26 @@ def test_a_request_signed_with_the_wrong_secret_is_refused(
         )
     assert any("signature" in why for why in bedrock.refused)
     assert len(model.requests) == asked  # refused before the model was asked
+
+
+def test_a_request_cut_off_mid_body_is_neither_answered_nor_refused(
+    model: ModelServer, bedrock: BedrockServer
+) -> None:
+    # A run killed while it sends: the cloud never sees the request whole, so its signature
+    # (over the whole body) cannot be judged, and the kill-fuzzing tests count refusals.
+    host, port = bedrock.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as connection:
+        connection.sendall(
+            f"POST /model/{MODEL}/invoke HTTP/1.1\r\nhost: {host}:{port}\r\n"
+            "authorization: AWS4-HMAC-SHA256 Credential=x, SignedHeaders=host, Signature=y\r\n"
+            "content-type: application/json\r\ncontent-length: 200\r\n\r\n"
+            '{"anthropic_version": "bedrock-2023-05-31", "max_'.encode()
+        )
+        connection.shutdown(socket.SHUT_WR)
+        answered = b"".join(iter(lambda: connection.recv(4096), b""))  # until the server closes
+    assert answered == b""
+    assert bedrock.refused == []
+    assert model.requests == []
 
 
 def _issued_keys(bedrock: BedrockServer) -> tuple[str, tuple[str, str]]:

@@ -197,6 +197,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length > 0 else b""
+        if len(body) < length:
+            # The client went away mid-request (a process killed while it sent): a cloud
+            # never sees the request whole, so it neither answers nor refuses it.
+            self.close_connection = True
+            return
         parts = urlsplit(self.path)
         request = ProviderRequest(
             method=self.command,
