@@ -728,7 +728,10 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.resume_latency")
     parser.add_argument(
-        "--singles", type=int, default=Sizes.resume_singles, help="rounds of one loss (20)"
+        "--singles",
+        type=int,
+        default=Sizes.resume_singles,
+        help=f"rounds of one loss ({Sizes.resume_singles})",
     )
     parser.add_argument("--burst", type=int, default=30, help="pods lost at once (30)")
     parser.add_argument("--bursts", type=int, default=1, help="rounds of a burst (1)")
